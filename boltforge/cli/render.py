@@ -1,0 +1,128 @@
+"""Placement decisions as JSON-ready dicts and as rich tables for people."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from boltforge.core.explain import describe
+from boltforge.core.fragmentation import Fragmentation, measure
+from boltforge.core.placement import Decision, Outcome
+from boltforge.core.state import FleetState
+from boltforge.core.topology import TopologyTree
+
+
+def fragmentation_dict(f: Fragmentation) -> dict[str, Any]:
+    return {
+        "free_gpus": f.free_gpus,
+        "index": round(f.index, 4),
+        "rack_index": round(f.rack_index, 4),
+        "largest_free_host": f.largest_free_host,
+        "largest_free_rack": f.largest_free_rack,
+        "largest_free_pod": f.largest_free_pod,
+    }
+
+
+def decision_dict(state: FleetState, decision: Decision, now: float, ms: float) -> dict[str, Any]:
+    """The ``bolt place --json`` object: ``placed``, ``nodes``, ``cost``, ``explanation``, ..."""
+    tree = state.tree
+    p = decision.placement
+    out: dict[str, Any] = {
+        "placed": decision.outcome == Outcome.NOW,
+        "outcome": decision.outcome.name.lower(),
+        "nodes": p.nodes(tree) if p else {},
+        "cost": round(p.cost.total, 6) if p else None,
+        "hops": p.cost.hops if p else None,
+        "explanation": describe(tree, p) if p else [],
+        "reason": "; ".join(decision.reasons),
+        "reasons": list(decision.reasons),
+        "fixes": list(decision.fixes),
+        "decided_ms": round(ms, 3),
+    }
+    if p:
+        out["roles"] = [
+            {
+                "role": r.role,
+                "gpu_type": r.gpu_type,
+                "domain": {"level": r.level.name.lower(), "name": r.domain},
+                "cost": r.cost.total,
+                "hops": r.cost.hops,
+                "alternatives": [
+                    {
+                        "level": a.level.name.lower(),
+                        "domain": a.domain,
+                        "cost": a.cost,
+                        "hosts": a.hosts,
+                    }
+                    for a in r.alternatives
+                ],
+            }
+            for r in p.roles
+        ]
+        out["rail_aligned"] = p.rail_aligned
+        after = state.copy()
+        if decision.outcome == Outcome.LATER:
+            for job in decision.waits_for:
+                after.release(job)
+        before = measure(after)
+        after.allocate(p.allocation())
+        out["fragmentation"] = {
+            "before": fragmentation_dict(before),
+            "after": fragmentation_dict(measure(after)),
+        }
+    if decision.start_time is not None:
+        out["start_in_s"] = round(decision.start_time - now, 3)
+        out["waits_for"] = list(decision.waits_for)
+    return out
+
+
+def print_decision(console: Console, tree: TopologyTree, data: dict[str, Any]) -> None:
+    """Tell a person where the job goes and why, or why not and what to do."""
+    outcome = data["outcome"]
+    if outcome in ("now", "later"):
+        when = "now" if outcome == "now" else f"in {_human(data['start_in_s'])}"
+        waits = data.get("waits_for") or []
+        head = (
+            f"[bold green]placed[/] ({when})"
+            if outcome == "now"
+            else (
+                f"[bold yellow]does not fit now[/]; starts {when}, once {len(waits)} running job(s)"
+                " end"
+            )
+        )
+        console.print(head)
+        table = Table("host", "GPUs", box=None, pad_edge=False)
+        for host, gpus in data["nodes"].items():
+            table.add_row(host, ",".join(map(str, gpus)) if gpus else "(CPU only)")
+        console.print(table)
+        for line in data["explanation"]:
+            console.print(line, highlight=False, markup=False)
+        frag = data["fragmentation"]
+        console.print(
+            f"fragmentation index {frag['before']['index']:.3f} -> {frag['after']['index']:.3f}"
+            f" (largest free rack {frag['before']['largest_free_rack']} -> "
+            f"{frag['after']['largest_free_rack']} GPUs)",
+            highlight=False,
+        )
+    if outcome != "now":
+        label = {
+            "never": "[bold red]can never fit this fleet[/]",
+            "not_now": "[bold red]does not fit now[/]",
+        }.get(outcome)
+        if label:
+            console.print(label)
+        for r in data["reasons"]:
+            console.print(f"  - {r}", highlight=False, markup=False)
+        for f in data["fixes"]:
+            console.print(f"  To fix: {f}", highlight=False, markup=False)
+    console.print(f"[dim]decided in {data['decided_ms']:.1f} ms[/]")
+
+
+def _human(seconds: float) -> str:
+    if seconds < 90:
+        return f"~{seconds:.0f} s"
+    if seconds < 5400:
+        return f"~{seconds / 60:.0f} min"
+    return f"~{seconds / 3600:.1f} h"

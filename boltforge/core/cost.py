@@ -1,0 +1,74 @@
+"""The crossing cost of a placement: ring all-reduce hops weighted by the level they cross.
+
+A gang's collective is modelled as one ring through all of a role's GPUs in topology order.
+Of its hops, those inside an NVLink island cost ``nvlink``; those between islands of one host
+cost ``host``; between hosts of one rack ``rack``; between racks of one pod ``pod``; between
+pods ``spine``. A data-parallel replica whose GPUs sit on other local indices than its peers'
+(off-rail) pays ``rail`` once. CPU-only roles run no collective and cost nothing.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from boltforge.core.state import Grant
+from boltforge.core.topology import TopologyTree
+
+LEVEL_KEYS = ("nvlink", "host", "rack", "pod", "spine", "rail")
+
+
+@dataclass(frozen=True, slots=True)
+class CostBreakdown:
+    """Hop counts per level and the weighted total."""
+
+    hops: dict[str, int]
+    total: float
+
+    def weighted(self, tree: TopologyTree) -> dict[str, float]:
+        w = tree.weights
+        return {k: self.hops[k] * float(getattr(w, k)) for k in LEVEL_KEYS}
+
+
+def role_cost(tree: TopologyTree, grants: list[Grant]) -> CostBreakdown:
+    """Cost of one role's grants (all replicas of that role)."""
+    hops = dict.fromkeys(LEVEL_KEYS, 0)
+    if not grants or not any(g.gpus for g in grants):
+        return CostBreakdown(hops, 0.0)
+    per_host: dict[int, list[int]] = defaultdict(list)
+    for g in grants:
+        per_host[g.host].extend(g.gpus)
+    for host, gpus in per_host.items():
+        islands = {int(tree.gpu_island[host, gpu]) for gpu in gpus}
+        hops["nvlink"] += len(gpus) - len(islands)
+        hops["host"] += len(islands) - 1
+    racks = {int(tree.host_rack[h]) for h in per_host}
+    pods = {int(tree.host_pod[h]) for h in per_host}
+    hops["rack"] = len(per_host) - len(racks)
+    hops["pod"] = len(racks) - len(pods)
+    hops["spine"] = len(pods) - 1
+    hops["rail"] = misaligned_replicas(grants) if len(per_host) > 1 else 0
+    w = tree.weights
+    total = sum(hops[k] * float(getattr(w, k)) for k in LEVEL_KEYS)
+    return CostBreakdown(hops, total)
+
+
+def misaligned_replicas(grants: list[Grant]) -> int:
+    """Replicas whose local GPU indices differ from the first host's replica in the same slot."""
+    by_host: dict[int, list[tuple[int, ...]]] = defaultdict(list)
+    for g in grants:
+        by_host[g.host].append(tuple(sorted(g.gpus)))
+    template = next(iter(by_host.values()))
+    off = 0
+    for sets in by_host.values():
+        for j, gpus in enumerate(sets):
+            if j >= len(template) or gpus != template[j]:
+                off += 1
+    return off
+
+
+def add(a: CostBreakdown, b: CostBreakdown) -> CostBreakdown:
+    return CostBreakdown({k: a.hops[k] + b.hops[k] for k in LEVEL_KEYS}, a.total + b.total)
+
+
+ZERO = CostBreakdown(dict.fromkeys(LEVEL_KEYS, 0), 0.0)

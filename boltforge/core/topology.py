@@ -1,0 +1,195 @@
+"""The fleet as an immutable tree of domains (pod, rack, host, NVLink island, GPU)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import numpy as np
+import numpy.typing as npt
+
+from boltforge.core.levels import CrossingWeights, Level
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+FloatArray = npt.NDArray[np.float64]
+
+
+class Tier(StrEnum):
+    """How capacity is bought: reserved up front, on demand, or spot (reclaimable)."""
+
+    RESERVED = "reserved"
+    ON_DEMAND = "on-demand"
+    SPOT = "spot"
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """A node pool: identical hosts with one GPU model, one price and one capacity tier.
+
+    ``island_size`` is the number of GPUs that share one NVLink domain inside a host (8 on HGX
+    boxes, 4 on PCIe-switched boxes with NVLink bridges, 1 on PCIe-only hosts). A pool with
+    ``gpus_per_host == 0`` is a CPU node class.
+    """
+
+    name: str
+    gpu_type: str
+    gpu_memory_gb: float
+    gpus_per_host: int
+    island_size: int
+    cpus: int
+    memory_gb: float
+    rails: int
+    tier: Tier
+    price_per_gpu_hour: float
+
+    @property
+    def islands_per_host(self) -> int:
+        return self.gpus_per_host // self.island_size if self.gpus_per_host else 0
+
+
+@dataclass(frozen=True, slots=True)
+class Host:
+    """One machine: where it sits (pod, rack) and what it holds (its pool's hardware)."""
+
+    index: int
+    name: str
+    pool: int
+    pod: int
+    rack: int
+
+
+@dataclass(frozen=True, slots=True)
+class HostLayout:
+    """Where one host goes when a tree is built: pool index and pod/rack names."""
+
+    name: str
+    pool: int
+    pod: str
+    rack: str
+
+
+def _padded(groups: list[list[int]]) -> IntArray:
+    width = max((len(g) for g in groups), default=0)
+    out = np.full((len(groups), max(width, 1)), -1, dtype=np.int64)
+    for i, g in enumerate(groups):
+        out[i, : len(g)] = g
+    return out
+
+
+@dataclass(frozen=True)
+class TopologyTree:
+    """The static shape of a fleet, built once per fleet generation and shared read-only.
+
+    Hosts, racks and pods are numbered densely; per-host facts live in arrays indexed by host
+    number so per-cycle code can work on whole columns at once. ``rack_hosts`` and ``pod_racks``
+    are padded with -1. ``gpu_island[h, g]`` is the island of GPU ``g`` on host ``h`` (-1 where
+    the host has fewer GPUs) and ``gpu_rail[h, g]`` its network rail.
+    """
+
+    name: str
+    pools: tuple[Pool, ...]
+    hosts: tuple[Host, ...]
+    rack_names: tuple[str, ...]
+    pod_names: tuple[str, ...]
+    weights: CrossingWeights
+    host_pool: IntArray = field(repr=False)
+    host_rack: IntArray = field(repr=False)
+    host_pod: IntArray = field(repr=False)
+    host_gpus: IntArray = field(repr=False)
+    host_cpus: FloatArray = field(repr=False)
+    host_memory: FloatArray = field(repr=False)
+    rack_pod: IntArray = field(repr=False)
+    rack_hosts: IntArray = field(repr=False)
+    pod_racks: IntArray = field(repr=False)
+    gpu_island: IntArray = field(repr=False)
+    gpu_rail: IntArray = field(repr=False)
+    island_onehot: npt.NDArray[np.int8] = field(repr=False)
+    host_index: dict[str, int] = field(repr=False)
+
+    @classmethod
+    def build(
+        cls,
+        name: str,
+        pools: tuple[Pool, ...],
+        layout: list[HostLayout],
+        weights: CrossingWeights | None = None,
+    ) -> TopologyTree:
+        """Number pods, racks and hosts in the order ``layout`` lists them and derive the arrays."""
+        pod_ids: dict[str, int] = {}
+        rack_ids: dict[str, int] = {}
+        rack_pod: list[int] = []
+        hosts: list[Host] = []
+        for i, spot in enumerate(layout):
+            pod = pod_ids.setdefault(spot.pod, len(pod_ids))
+            if spot.rack not in rack_ids:
+                rack_ids[spot.rack] = len(rack_ids)
+                rack_pod.append(pod)
+            hosts.append(Host(i, spot.name, spot.pool, pod, rack_ids[spot.rack]))
+        max_gpus = max((p.gpus_per_host for p in pools), default=0) or 1
+        n = len(hosts)
+        gpu_island = np.full((n, max_gpus), -1, dtype=np.int64)
+        gpu_rail = np.full((n, max_gpus), -1, dtype=np.int64)
+        for h in hosts:
+            pool = pools[h.pool]
+            for g in range(pool.gpus_per_host):
+                gpu_island[h.index, g] = g // pool.island_size
+                gpu_rail[h.index, g] = g % max(pool.rails, 1)
+        max_islands = int(gpu_island.max()) + 1 if n else 1
+        onehot = np.zeros((n, max_gpus, max(max_islands, 1)), dtype=np.int8)
+        hs, gs = np.nonzero(gpu_island >= 0)
+        onehot[hs, gs, gpu_island[hs, gs]] = 1
+        rack_members: list[list[int]] = [[] for _ in rack_ids]
+        for h in hosts:
+            rack_members[h.rack].append(h.index)
+        pod_members: list[list[int]] = [[] for _ in pod_ids]
+        for r, p in enumerate(rack_pod):
+            pod_members[p].append(r)
+        return cls(
+            name=name,
+            pools=pools,
+            hosts=tuple(hosts),
+            rack_names=tuple(rack_ids),
+            pod_names=tuple(pod_ids),
+            weights=weights or CrossingWeights(),
+            host_pool=np.array([h.pool for h in hosts], dtype=np.int64),
+            host_rack=np.array([h.rack for h in hosts], dtype=np.int64),
+            host_pod=np.array([h.pod for h in hosts], dtype=np.int64),
+            host_gpus=np.array([pools[h.pool].gpus_per_host for h in hosts], dtype=np.int64),
+            host_cpus=np.array([pools[h.pool].cpus for h in hosts], dtype=np.float64),
+            host_memory=np.array([pools[h.pool].memory_gb for h in hosts], dtype=np.float64),
+            rack_pod=np.array(rack_pod, dtype=np.int64),
+            rack_hosts=_padded(rack_members),
+            pod_racks=_padded(pod_members),
+            gpu_island=gpu_island,
+            gpu_rail=gpu_rail,
+            island_onehot=onehot,
+            host_index={h.name: h.index for h in hosts},
+        )
+
+    @property
+    def total_gpus(self) -> int:
+        return int(self.host_gpus.sum())
+
+    def pool_of(self, host: int) -> Pool:
+        return self.pools[int(self.host_pool[host])]
+
+    def domain_name(self, level: Level, index: int) -> str:
+        """Name of domain ``index`` at ``level`` (a host, rack or pod name; the fleet name)."""
+        if level <= Level.HOST:
+            return self.hosts[index].name
+        if level == Level.RACK:
+            return self.rack_names[index]
+        if level == Level.POD:
+            return self.pod_names[index]
+        return self.name
+
+    def domain_of(self, host: int, level: Level) -> int:
+        """Index of the domain at ``level`` that contains ``host``."""
+        if level <= Level.HOST:
+            return host
+        if level == Level.RACK:
+            return int(self.host_rack[host])
+        if level == Level.POD:
+            return int(self.host_pod[host])
+        return 0

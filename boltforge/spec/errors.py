@@ -1,0 +1,80 @@
+"""Spec errors that name the field, the value and the fix, never a traceback."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong with a spec: where (``field``), what was given, and how to fix it."""
+
+    field: str
+    value: Any
+    message: str
+
+    def render(self) -> str:
+        shown = "" if self.value is _MISSING else f" (got {self.value!r})"
+        return f"{self.field}: {self.message}{shown}"
+
+
+class SpecError(Exception):
+    """A spec file could not be used; ``problems`` lists every reason, each with its fix."""
+
+    def __init__(self, source: str, problems: list[Problem]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        lines = [f"{self.source}: {len(self.problems)} problem(s)"]
+        lines += ["  " + p.render() for p in self.problems]
+        return "\n".join(lines)
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+_MISSING: Any = _Missing()
+
+_HINTS = {
+    "missing": "is required. To fix: add it",
+    "extra_forbidden": "is not a known field. To fix: remove it or check its spelling",
+    "int_parsing": "must be a whole number",
+    "int_type": "must be a whole number",
+    "float_parsing": "must be a number",
+    "bool_parsing": "must be true or false",
+    "greater_than": "is too small",
+    "greater_than_equal": "is too small",
+    "less_than_equal": "is too large",
+}
+
+
+def _path(prefix: str, loc: tuple[int | str, ...]) -> str:
+    out = prefix
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def from_validation(source: str, prefix: str, error: ValidationError) -> SpecError:
+    """Turn pydantic's errors into ``Problem``s with field paths like ``job.roles[0].gpus``."""
+    problems = []
+    for e in error.errors(include_url=False):
+        loc = tuple(p for p in e["loc"] if not str(p).startswith("function-"))
+        kind = e["type"]
+        message = str(e["msg"]).removeprefix("Value error, ")
+        if kind in _HINTS and kind not in ("greater_than", "less_than_equal", "greater_than_equal"):
+            message = _HINTS[kind]
+        elif kind in _HINTS:
+            message = f"{message}. To fix: change the value"
+        value = _MISSING if kind == "missing" else e.get("input", _MISSING)
+        if isinstance(value, dict | list):
+            value = _MISSING
+        problems.append(Problem(_path(prefix, loc), value, message))
+    return SpecError(source, problems)

@@ -1,0 +1,209 @@
+"""The job spec: a gang of roles, or one role given as total GPUs (``64xH100``, ``per_node``)."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from boltforge.core.gang import SpotPolicy, TopologyRule
+from boltforge.core.levels import Level
+from boltforge.spec import units
+from boltforge.spec.errors import Problem, SpecError, from_validation
+from boltforge.spec.loader import read_yaml
+
+# How `priority: high|normal|low` maps onto priority classes (0 serving, 1 production training,
+# 2 interactive/debug, 3 batch/research). An integer 0-3 names a class directly.
+PRIORITY_CLASSES = {"serving": 0, "high": 1, "normal": 2, "interactive": 2, "low": 3, "batch": 3}
+SHORTHAND = re.compile(r"^\s*(\d+)\s*[xX]\s*([A-Za-z0-9][A-Za-z0-9_.-]*)\s*$")
+NAME = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+
+Duration = Annotated[float, BeforeValidator(units.seconds)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Parallelism(_Strict):
+    """Tensor-parallel group size (one NVLink island), pipeline stages, data-parallel replicas."""
+
+    tensor: int = Field(1, ge=1)
+    pipeline: int = Field(1, ge=1)
+    data: int = Field(0, ge=0)
+
+
+class TopologySpec(_Strict):
+    """``required``: one domain of that level or do not start; ``preferred``: try one."""
+
+    required: str | None = None
+    preferred: str | None = None
+
+    @field_validator("required", "preferred")
+    @classmethod
+    def _level(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                Level.parse(value)
+            except ValueError:
+                raise ValueError(
+                    "must be one of island, host, rack, pod, spine. To fix: e.g. `rack`"
+                ) from None
+        return value
+
+    def to_rule(self) -> TopologyRule:
+        req = Level.parse(self.required) if self.required else None
+        pref = Level.parse(self.preferred) if self.preferred else None
+        return TopologyRule(req, pref)
+
+
+class Elastic(_Strict):
+    """Replica range an elastic job may be resized within."""
+
+    min: int = Field(ge=1)
+    max: int = Field(ge=1)
+
+
+class Checkpoint(_Strict):
+    """Seconds a job gets to checkpoint when bumped, and how often it checkpoints anyway."""
+
+    grace: Duration = 120.0
+    interval: Duration | None = None
+
+
+class GpuNeed(_Strict):
+    """Which GPUs a role accepts: model names (prefixes like ``A100`` match ``A100-80GB``)."""
+
+    types: list[str] = []
+    min_memory_gb: float = Field(0, ge=0)
+
+
+def _gpu_field(value: Any) -> Any:
+    if isinstance(value, str):
+        return {"types": [value]}
+    if isinstance(value, list):
+        return {"types": value}
+    return value
+
+
+class RoleSpec(_Strict):
+    """One role of a gang: ``replicas`` x (``gpus`` per replica, CPUs, memory)."""
+
+    name: str = Field("worker", pattern=NAME)
+    replicas: int = Field(1, ge=1, le=100_000)
+    gpus: int = Field(0, ge=0, le=64, description="GPUs per replica (one host each)")
+    cpus: float = Field(0, ge=0)
+    memory_gb: float = Field(0, ge=0)
+    gpu: Annotated[GpuNeed, BeforeValidator(_gpu_field)] = GpuNeed()
+    min_gpu_memory_gb: float = Field(0, ge=0)
+    parallelism: Parallelism = Parallelism()
+    command: list[str] | str | None = None
+    image: str | None = None
+
+    @model_validator(mode="after")
+    def _tensor_divides(self) -> Self:
+        tp = self.parallelism.tensor
+        if tp > 1 and (self.gpus == 0 or self.gpus % tp):
+            raise ValueError(
+                f"parallelism.tensor {tp} must divide the {self.gpus} GPUs of each replica. "
+                f"To fix: set gpus to a multiple of {tp} or lower tensor"
+            )
+        return self
+
+
+class JobSpec(_Strict):
+    """A job as users write it. Either ``roles`` or the one-role form (``gpus``, ``per_node``)."""
+
+    name: str = Field(pattern=NAME)
+    team: str = Field(pattern=NAME)
+    project: str | None = None
+    priority: int | Literal["serving", "high", "normal", "interactive", "low", "batch"] = "normal"
+    gpus: int | str | None = None
+    per_node: int | None = Field(None, ge=1, le=64)
+    cpus: float = Field(0, ge=0)
+    memory_gb: float = Field(0, ge=0)
+    gpu: Annotated[GpuNeed, BeforeValidator(_gpu_field)] = GpuNeed()
+    min_gpu_memory_gb: float = Field(0, ge=0)
+    parallelism: Parallelism = Parallelism()
+    roles: list[RoleSpec] = []
+    topology: TopologySpec = TopologySpec()
+    elastic: Elastic | None = None
+    preemptible: bool = True
+    checkpoint: Checkpoint = Checkpoint()
+    deadline: datetime | None = None
+    time_limit: Duration | None = None
+    spot: SpotPolicy = SpotPolicy.ALLOWED
+    pools: list[str] = []
+    command: list[str] | str | None = None
+    image: str | None = None
+
+    @field_validator("priority")
+    @classmethod
+    def _class(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and not 0 <= value <= 3:
+            raise ValueError("a priority class is 0-3. To fix: use 0-3 or high, normal, low")
+        return value
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, value: int | str | None) -> int | str | None:
+        if isinstance(value, str) and not value.strip().isdigit() and not SHORTHAND.match(value):
+            raise ValueError("must be a count or COUNTxTYPE. To fix: e.g. `64` or `64xH100`")
+        if isinstance(value, int) and value < 1:
+            raise ValueError("must be at least 1. To fix: ask for 1 or more GPUs, or omit it")
+        return value
+
+    @model_validator(mode="after")
+    def _one_form(self) -> Self:
+        if self.roles and self.gpus is not None:
+            raise ValueError(
+                "give either `roles` or the one-role `gpus`, not both. "
+                "To fix: move the GPUs into a role"
+            )
+        if not self.roles and self.gpus is None and not self.cpus:
+            raise ValueError("the job asks for nothing. To fix: add `gpus: 8` (or `roles`)")
+        if self.elastic and self.elastic.min > self.elastic.max:
+            raise ValueError("elastic.min is above elastic.max. To fix: swap them")
+        return self
+
+    @property
+    def priority_class(self) -> int:
+        p = self.priority
+        return p if isinstance(p, int) else PRIORITY_CLASSES[p]
+
+    def total_gpus(self) -> tuple[int, str | None]:
+        """The one-role form's GPU count and the GPU model named by the shorthand, if any."""
+        if self.gpus is None:
+            return 0, None
+        if isinstance(self.gpus, int):
+            return self.gpus, None
+        if self.gpus.strip().isdigit():
+            return int(self.gpus), None
+        m = SHORTHAND.match(self.gpus)
+        assert m is not None
+        return int(m.group(1)), m.group(2)
+
+
+def parse_job(data: object, source: str = "job") -> JobSpec:
+    """Validate already-loaded YAML data as a job spec, or raise ``SpecError``."""
+    if not isinstance(data, dict):
+        raise SpecError(source, [Problem("job", type(data).__name__, "must be a mapping")])
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as e:
+        raise from_validation(source, "job", e) from None
+
+
+def load_job(path: str | Path) -> JobSpec:
+    return parse_job(read_yaml(path), str(path))

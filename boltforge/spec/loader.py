@@ -1,0 +1,30 @@
+"""Reading YAML files, with missing files and syntax errors reported as ``SpecError``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from boltforge.spec.errors import _MISSING, Problem, SpecError
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Load one YAML document from ``path``."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(str(p), [Problem("file", _MISSING, "does not exist")]) from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
+        raise SpecError(str(p), [Problem("file", _MISSING, f"cannot be read: {e}")]) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
+        problem = getattr(e, "problem", None) or str(e)
+        raise SpecError(
+            str(p), [Problem(f"yaml ({where})", _MISSING, f"{problem}. To fix: correct the syntax")]
+        ) from None

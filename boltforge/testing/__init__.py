@@ -1,0 +1,1 @@
+"""Builders that make tests, benchmarks and examples read like the domain."""
