@@ -13,7 +13,7 @@ from rich.console import Console
 
 from boltforge.spec.errors import SpecError
 
-console = Console()
+console = Console(soft_wrap=True)
 errors = Console(stderr=True)
 
 EXIT_BAD_INPUT = 2
@@ -25,11 +25,10 @@ def spec_errors() -> Iterator[None]:
     try:
         yield
     except SpecError as e:
-        errors.print(
-            f"[bold red]error[/] {e.source}: {len(e.problems)} problem(s)", highlight=False
-        )
+        head = f"[bold red]error[/] {e.source}: {len(e.problems)} problem(s)"
+        errors.print(head, highlight=False, soft_wrap=True)
         for p in e.problems:
-            errors.print(f"  - {p.render()}", highlight=False, markup=False)
+            errors.print(f"  - {p.render()}", highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None
 
 

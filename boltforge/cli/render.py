@@ -79,45 +79,88 @@ def decision_dict(state: FleetState, decision: Decision, now: float, ms: float) 
 
 
 def print_decision(console: Console, tree: TopologyTree, data: dict[str, Any]) -> None:
-    """Tell a person where the job goes and why, or why not and what to do."""
+    """Tell a person where the job goes and why, or why not, when, and what to do."""
     outcome = data["outcome"]
-    if outcome in ("now", "later"):
-        when = "now" if outcome == "now" else f"in {_human(data['start_in_s'])}"
-        waits = data.get("waits_for") or []
-        head = (
-            f"[bold green]placed[/] ({when})"
-            if outcome == "now"
-            else (
-                f"[bold yellow]does not fit now[/]; starts {when}, once {len(waits)} running job(s)"
-                " end"
-            )
-        )
-        console.print(head)
-        table = Table("host", "GPUs", box=None, pad_edge=False)
-        for host, gpus in data["nodes"].items():
-            table.add_row(host, ",".join(map(str, gpus)) if gpus else "(CPU only)")
-        console.print(table)
-        for line in data["explanation"]:
-            console.print(line, highlight=False, markup=False)
-        frag = data["fragmentation"]
-        console.print(
-            f"fragmentation index {frag['before']['index']:.3f} -> {frag['after']['index']:.3f}"
-            f" (largest free rack {frag['before']['largest_free_rack']} -> "
-            f"{frag['after']['largest_free_rack']} GPUs)",
-            highlight=False,
-        )
     if outcome != "now":
         label = {
             "never": "[bold red]can never fit this fleet[/]",
-            "not_now": "[bold red]does not fit now[/]",
-        }.get(outcome)
-        if label:
-            console.print(label)
+            "later": "[bold yellow]does not fit now[/]",
+        }.get(outcome, "[bold red]does not fit now[/]")
+        console.print(label)
         for r in data["reasons"]:
             console.print(f"  - {r}", highlight=False, markup=False)
-        for f in data["fixes"]:
-            console.print(f"  To fix: {f}", highlight=False, markup=False)
+    if outcome in ("now", "later"):
+        if outcome == "now":
+            console.print("[bold green]placed (now)[/]")
+        else:
+            waits = data.get("waits_for") or []
+            names = ", ".join(waits[:5]) + (f" and {len(waits) - 5} more" if len(waits) > 5 else "")
+            console.print(
+                f"[bold yellow]starts in {_human(data['start_in_s'])}[/], once {len(waits)} "
+                f"running job(s) end ({names}), here:",
+                highlight=False,
+            )
+        _print_placement(console, data)
+    for f in data["fixes"]:
+        console.print(f"  To fix: {f}", highlight=False, markup=False)
     console.print(f"[dim]decided in {data['decided_ms']:.1f} ms[/]")
+
+
+def _print_placement(console: Console, data: dict[str, Any]) -> None:
+    table = Table("hosts", "GPUs", box=None, pad_edge=False)
+    for hosts, gpus in compact_nodes(data["nodes"]):
+        table.add_row(hosts, gpus)
+    console.print(table)
+    for line in data["explanation"]:
+        console.print(line, highlight=False, markup=False)
+    before, after = data["fragmentation"]["before"], data["fragmentation"]["after"]
+    console.print(
+        f"fragmentation index {before['index']:.3f} -> {after['index']:.3f} "
+        f"(largest free rack {before['largest_free_rack']} -> {after['largest_free_rack']} GPUs)",
+        highlight=False,
+    )
+
+
+def _ranges(values: list[int]) -> str:
+    """``[0, 1, 2, 3, 6]`` -> ``0-3,6``."""
+    out: list[str] = []
+    for v in sorted(values):
+        if out and "-" not in out[-1] and int(out[-1]) == v - 1:
+            out[-1] = f"{out[-1]}-{v}"
+        elif out and "-" in out[-1] and int(out[-1].split("-")[1]) == v - 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{v}"
+        else:
+            out.append(str(v))
+    return ",".join(out)
+
+
+def compact_nodes(nodes: dict[str, list[int]]) -> list[tuple[str, str]]:
+    """Rows for a placement table: hosts of one rack with the same GPUs share a row.
+
+    ``h100-p0-r02-h00`` .. ``h100-p0-r02-h31`` on GPUs 0-7 become ``h100-p0-r02-h[00-31]``.
+    """
+    groups: dict[tuple[str, str], list[str]] = {}
+    for host, gpus in nodes.items():
+        prefix, _, suffix = host.rpartition("-h")
+        key = (prefix if suffix.isdigit() else host, _ranges(gpus) if gpus else "(CPU only)")
+        groups.setdefault(key, []).append(suffix if suffix.isdigit() else "")
+    rows = []
+    for (prefix, gpu_text), suffixes in groups.items():
+        if len(suffixes) == 1:
+            name = f"{prefix}-h{suffixes[0]}" if suffixes[0] else prefix
+        else:
+            width = len(suffixes[0])
+            spans = _ranges([int(s) for s in suffixes]).split(",")
+            name = (
+                prefix
+                + "-h["
+                + ",".join(
+                    "-".join(part.zfill(width) for part in span.split("-")) for span in spans
+                )
+                + "]"
+            )
+        rows.append((name, gpu_text))
+    return rows
 
 
 def _human(seconds: float) -> str:

@@ -28,7 +28,12 @@ def describe(tree: TopologyTree, placement: Placement) -> list[str]:
         parts = [f"{k} {n} x {getattr(w, k):g}" for k, n in plan.cost.hops.items() if n]
         lines.append(f"  cost {plan.cost.total:g} (" + (", ".join(parts) or "no hops") + ")")
         for alt in plan.alternatives:
-            why = "costlier" if alt.cost > plan.cost.total + 1e-9 else "equal cost, looser fit"
+            extra = alt.cost - plan.cost.total
+            why = (
+                f"costlier by {extra:g}"
+                if extra > 1e-9
+                else "equal cost; the chosen one fits tighter"
+            )
             lines.append(
                 f"  beat {alt.level.label} {alt.domain}: cost {alt.cost:g} on {alt.hosts} host(s)"
                 f" ({why})"
@@ -81,6 +86,7 @@ def _capability(tree: TopologyTree, role: Role) -> tuple[list[str], list[str]]:
         f"{p.name} ({p.gpu_type}, {p.gpu_memory_gb:g} GB, {p.gpus_per_host}/host, "
         f"islands of {p.island_size}, {p.tier})"
         for p in tree.pools
+        if p.gpus_per_host or not role.gpus
     )
     reasons = [
         f"role {role.name} asks for {cap.describe()} with {need(role)}; no pool offers it",
@@ -172,5 +178,5 @@ def _fixes(state: FleetState, role: Role, gang: Gang, slots: IntArray, never: bo
     if never:
         fixes.append("add capacity to the fleet; as specified the job can never start")
     else:
-        fixes.append("wait: `bolt place --state` shows when running jobs free enough room")
+        fixes.append("wait: `bolt place --mode when --state STATE` shows when it would start")
     return fixes

@@ -69,4 +69,5 @@ def when_and_where(state: FleetState, gang: Gang, now: float) -> Decision:
         for a in ending[: k + 1]
         if any((g.host, gpu) in taken for g in a.grants for gpu in g.gpus)
     )
-    return Decision(Outcome.LATER, placement, current.reasons, current.fixes, max(end, now), waits)
+    fixes = tuple(f for f in current.fixes if not f.startswith("wait"))
+    return Decision(Outcome.LATER, placement, current.reasons, fixes, max(end, now), waits)

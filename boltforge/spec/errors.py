@@ -52,6 +52,10 @@ _HINTS = {
     "greater_than": "is too small",
     "greater_than_equal": "is too small",
     "less_than_equal": "is too large",
+    "string_pattern_mismatch": (
+        "must be lowercase letters, digits, '-', '_' or '.', starting with a letter or digit. "
+        "To fix: e.g. `llama-pretrain`"
+    ),
 }
 
 
@@ -69,7 +73,15 @@ def from_validation(source: str, prefix: str, error: ValidationError) -> SpecErr
         loc = tuple(p for p in e["loc"] if not str(p).startswith("function-"))
         kind = e["type"]
         message = str(e["msg"]).removeprefix("Value error, ")
-        if kind in _HINTS and kind not in ("greater_than", "less_than_equal", "greater_than_equal"):
+        if kind == "missing" and loc == ("team",):
+            message = "is required: every job belongs to a team. To fix: add `team: <your team>`"
+        elif kind == "string_pattern_mismatch" and loc and loc[-1] == "name" and "pool" in str(loc):
+            message = "must be lowercase letters, digits and '-'. To fix: e.g. `h100`"
+        elif kind in _HINTS and kind not in (
+            "greater_than",
+            "less_than_equal",
+            "greater_than_equal",
+        ):
             message = _HINTS[kind]
         elif kind in _HINTS:
             message = f"{message}. To fix: change the value"

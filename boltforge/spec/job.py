@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Self
 
 from pydantic import (
     BaseModel,
@@ -122,13 +122,22 @@ class RoleSpec(_Strict):
         return self
 
 
+def _priority(value: Any) -> int | str:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 3:
+        return value
+    if isinstance(value, str) and value in PRIORITY_CLASSES:
+        return value
+    words = ", ".join(PRIORITY_CLASSES)
+    raise ValueError(f"must be a class 0-3 or one of {words}. To fix: e.g. `priority: high`")
+
+
 class JobSpec(_Strict):
     """A job as users write it. Either ``roles`` or the one-role form (``gpus``, ``per_node``)."""
 
     name: str = Field(pattern=NAME)
     team: str = Field(pattern=NAME)
     project: str | None = None
-    priority: int | Literal["serving", "high", "normal", "interactive", "low", "batch"] = "normal"
+    priority: Annotated[int | str, BeforeValidator(_priority)] = "normal"
     gpus: int | str | None = None
     per_node: int | None = Field(None, ge=1, le=64)
     cpus: float = Field(0, ge=0)
@@ -147,13 +156,6 @@ class JobSpec(_Strict):
     pools: list[str] = []
     command: list[str] | str | None = None
     image: str | None = None
-
-    @field_validator("priority")
-    @classmethod
-    def _class(cls, value: int | str) -> int | str:
-        if isinstance(value, int) and not 0 <= value <= 3:
-            raise ValueError("a priority class is 0-3. To fix: use 0-3 or high, normal, low")
-        return value
 
     @field_validator("gpus")
     @classmethod

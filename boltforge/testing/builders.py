@@ -105,13 +105,15 @@ def occupy(tree: TopologyTree, fraction: float, seed: int = 0, churn: float = 0.
     order = [int(h) for r in racks for h in tree.rack_hosts[r] if h >= 0 and tree.host_gpus[h]]
     total = tree.total_gpus
     sizes, weights = zip(*JOB_SIZES, strict=True)
-    used, cursor, n = 0, 0, 0
+    used, cursor, n, misses = 0, 0, 0, 0
     partial: list[int] = []
-    while used < min(fraction + churn, 0.98) * total and cursor <= len(order):
+    while used < min(fraction + churn, 0.98) * total and misses < 50:
         size = rng.choices(sizes, weights)[0]
         grants = _pack_one(state, order, partial, cursor, size)
         if grants is None:
-            break
+            misses += 1  # too big for what is left: draw another size
+            continue
+        misses = 0
         cursor = max(cursor, max(g.host_pos for g in grants) + 1)
         real = tuple(Grant("w", i, g.host, g.gpus) for i, g in enumerate(grants))
         state.allocate(Allocation(f"bg-{n}", real, rng.uniform(600, 8 * 3600)))
