@@ -127,17 +127,19 @@ def fold(children: FloatArray, hop: float) -> tuple[FloatArray, IntArray]:
     g = children + hop
     g[:, :, 0] = 0.0
     r = np.arange(width)
-    diff = r[:, None] - r[None, :]  # [r, s] = r - s
-    invalid = np.where(diff >= 0, 0.0, _INF)
-    diff = np.maximum(diff, 0)
+    finite = np.isfinite(g)
     split = np.zeros((n, j_count, width), dtype=np.int64)
     split[:, 0, :] = r
     acc = g[:, 0, :]
     for j in range(1, j_count):
-        child = g[:, j, :]
-        if not np.isfinite(child[:, 1:]).any():
+        # Child j can take at most `cap` replicas anywhere, so only splits s <= cap matter.
+        cap = int(np.flatnonzero(finite[:, j, :].any(axis=0)).max())
+        if cap == 0:
             continue  # this child can take nothing: every split gives it 0
-        cand = acc[:, diff] + (child[:, None, :] + invalid)
+        s = np.arange(cap + 1)
+        diff = r[:, None] - s[None, :]  # [r, s] = r - s
+        invalid = np.where(diff >= 0, 0.0, _INF)
+        cand = acc[:, np.maximum(diff, 0)] + (g[:, j, None, : cap + 1] + invalid)
         split[:, j, :] = cand.argmin(axis=2)
         acc = cand.min(axis=2)
     total = acc - hop
@@ -160,20 +162,37 @@ def unfold(split: IntArray, n: int, replicas: int) -> list[int]:
 def candidates(
     tree: TopologyTree, fit: HostFit, search: RoleSearch, gpus: int, cap: Level
 ) -> list[Candidate]:
-    """The best placement in each level's single domain up to ``cap``, cheapest first."""
+    """The best placement in each level's single domain up to ``cap``, cheapest first.
+
+    Equal costs go to the tightest fit: the fewest free GPUs left on the host, then in its rack,
+    then in its pod, so whole empty racks and pods stay whole.
+    """
     R = search.replicas
     out: list[Candidate] = []
+    rack_free = np.append(fit.free, 0)[tree.rack_hosts].sum(axis=1)
+    pod_free = np.append(rack_free, 0)[tree.pod_racks].sum(axis=1)
     single = np.flatnonzero(fit.slots >= R)
     if single.size:
         k = min(R, fit.intra.shape[1] - 1)
         vals = fit.intra[single, k] + TIE_BREAK * np.maximum(fit.free[single] - R * gpus, 0)
-        for i in np.argsort(vals, kind="stable")[:3]:
+        keys = (pod_free[tree.host_pod[single]], rack_free[tree.host_rack[single]], vals.round(9))
+        for i in np.lexsort(keys)[:3]:
             h = int(single[i])
             out.append(Candidate(Level.HOST, h, float(vals[i]), {h: R}))
     if cap >= Level.RACK:
-        out += _best(search.rack_cost[:, R], Level.RACK, lambda k: rack_counts(search, k, R))
+        out += _best(
+            search.rack_cost[:, R],
+            pod_free[tree.rack_pod],
+            Level.RACK,
+            lambda k: rack_counts(search, k, R),
+        )
     if cap >= Level.POD:
-        out += _best(search.pod_cost[:, R], Level.POD, lambda p: pod_counts(tree, search, p, R))
+        out += _best(
+            search.pod_cost[:, R],
+            np.zeros(len(pod_free)),
+            Level.POD,
+            lambda p: pod_counts(tree, search, p, R),
+        )
     if cap >= Level.SPINE and np.isfinite(search.spine_cost[R]):
         counts = spine_counts(tree, search, R)
         out.append(Candidate(Level.SPINE, 0, float(search.spine_cost[R]), counts))
@@ -181,9 +200,11 @@ def candidates(
     return _distinct(out)
 
 
-def _best(costs: FloatArray, level: Level, counts_of: object) -> list[Candidate]:
+def _best(
+    costs: FloatArray, then: FloatArray | IntArray, level: Level, counts_of: object
+) -> list[Candidate]:
     finite = np.flatnonzero(np.isfinite(costs))
-    best = finite[np.argsort(costs[finite], kind="stable")[:3]]
+    best = finite[np.lexsort((then[finite], costs[finite].round(9)))[:3]]
     assert callable(counts_of)
     return [Candidate(level, int(d), float(costs[d]), counts_of(int(d))) for d in best]
 
