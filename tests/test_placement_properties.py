@@ -300,30 +300,16 @@ def test_when_and_where_places_on_what_the_waited_for_jobs_free(world: World) ->
     for job in decision.waits_for:
         end = ends[job]
         assert end is not None and end <= start, f"{job} is not known to end by {start}"
-    # The GPUs it takes are free once the jobs it waits for have ended ...
+    # Everything it needs (GPUs, CPUs, memory) is free once the jobs it waits for have ended.
     released = state.copy()
     for job in decision.waits_for:
         released.release(job)
-    taken = [(g.host, gpu) for g in placement.grants for gpu in g.gpus]
-    assert all(released.free[h, gpu] for h, gpu in taken)
-    # ... and everything it needs is free once every job ending by its start has ended.
-    # (Releasing only waits_for is not enough when a waited-on job holds CPUs alone: see
-    # test_waits_for_names_jobs_holding_the_cpus_a_gang_needs.)
-    by_start = state.copy()
-    for job, end in ends.items():
-        if end is not None and end <= start:
-            by_start.release(job)
-    assert_valid(by_start, world.gang, placement)
+    assert_valid(released, world.gang, placement)
 
 
 # --- bugs the properties found, pinned down as small examples ------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="modes.when_and_where lists in waits_for only jobs whose GPUs the placement takes, "
-    "so a job that frees only CPUs or memory the gang needs is left out",
-)
 def test_waits_for_names_jobs_holding_the_cpus_a_gang_needs() -> None:
     tree = make_fleet(racks=1, hosts=1, pools=[make_pool("h100"), CPU_POOL])
     trainer, cpu_node = tree.host_index["h100-p0-r0-h0"], tree.host_index["cpu-p0-r0-h0"]

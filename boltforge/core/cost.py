@@ -54,17 +54,17 @@ def role_cost(tree: TopologyTree, grants: list[Grant]) -> CostBreakdown:
 
 
 def misaligned_replicas(grants: list[Grant]) -> int:
-    """Replicas whose local GPU indices differ from the first host's replica in the same slot."""
+    """Replicas whose local GPU indices match none of the lead host's replicas.
+
+    The lead host is the one holding the most replicas (the lowest index on ties); a replica
+    elsewhere is on-rail when some lead replica uses exactly the same local GPU indices.
+    """
     by_host: dict[int, list[tuple[int, ...]]] = defaultdict(list)
     for g in grants:
         by_host[g.host].append(tuple(sorted(g.gpus)))
-    template = next(iter(by_host.values()))
-    off = 0
-    for sets in by_host.values():
-        for j, gpus in enumerate(sets):
-            if j >= len(template) or gpus != template[j]:
-                off += 1
-    return off
+    lead = min(by_host, key=lambda h: (-len(by_host[h]), h))
+    template = set(by_host[lead])
+    return sum(gpus not in template for sets in by_host.values() for gpus in sets)
 
 
 def add(a: CostBreakdown, b: CostBreakdown) -> CostBreakdown:

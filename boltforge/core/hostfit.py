@@ -40,13 +40,21 @@ def eligible_hosts(state: FleetState, role: Role) -> BoolArray:
     return ok_pools[tree.host_pool] if len(tree.pools) else np.zeros(0, dtype=np.bool_)
 
 
-def host_fit(state: FleetState, role: Role, eligible: BoolArray, limit: int) -> HostFit:
-    """Compute ``HostFit`` for ``role`` over all hosts; ``limit`` caps slots (the replica count)."""
+def host_fit(
+    state: FleetState, role: Role, eligible: BoolArray, limit: int, island_only: bool = False
+) -> HostFit:
+    """Compute ``HostFit`` for ``role`` over all hosts; ``limit`` caps slots (the replica count).
+
+    With ``island_only`` a host offers only what its largest free island holds, for roles that
+    must stay inside one NVLink island.
+    """
     island_free = state.free_per_island()
     free = island_free.sum(axis=1)
     slots = np.full(free.shape, _UNBOUNDED, dtype=np.int64)
     g, t = role.gpus, role.tensor_parallel
-    if g > 0:
+    if g > 0 and island_only:
+        slots = island_free.max(axis=1, initial=0) // g
+    elif g > 0:
         slots = (island_free // t).sum(axis=1) // (g // t) if t > 1 else free // g
     if role.cpus > 0:
         slots = np.minimum(slots, np.floor(state.free_cpus / role.cpus + 1e-9).astype(np.int64))
@@ -84,43 +92,68 @@ def select_gpus(
 ) -> list[tuple[int, ...]]:
     """Pick GPUs on one host for ``count`` replicas of ``role``; mutates ``free_row``.
 
-    Each replica goes, in order of preference: onto the same local GPU indices as the matching
-    replica of ``template`` (keeps data-parallel peers on the same network rail); inside the
-    single island that fits it most tightly; or across islands, whole tensor-parallel groups per
-    island, fullest islands first. The caller guarantees the host has the slots.
+    Replicas first reuse the local GPU indices of ``template`` (the lead host's replicas) where
+    those are free and keep tensor-parallel groups inside islands: that keeps data-parallel peers
+    on the same network rail. The rest are packed into the fewest islands that hold them all
+    (the tightest single island when one suffices), each replica inside one island where
+    possible, else as whole tensor-parallel groups across islands. The caller guarantees the
+    host has the slots.
     """
+    if role.gpus == 0:
+        return [() for _ in range(count)]
     chosen: list[tuple[int, ...]] = []
-    for j in range(count):
-        want = template[j] if template and j < len(template) else None
-        if want is not None and _usable(free_row, island_of, want, role.tensor_parallel):
-            pick = want
-        else:
-            pick = _pack(free_row, island_of, role.gpus, role.tensor_parallel)
+    for want in template or []:
+        if len(chosen) == count:
+            break
+        if _usable(free_row, island_of, want, role.tensor_parallel):
+            free_row[list(want)] = False
+            chosen.append(want)
+    islands = _islands(free_row, island_of, (count - len(chosen)) * role.gpus)
+    while len(chosen) < count:
+        pick = _pack(islands, role.gpus, role.tensor_parallel)
         free_row[list(pick)] = False
         chosen.append(pick)
     return chosen
 
 
 def _usable(free_row: BoolArray, island_of: IntArray, gpus: tuple[int, ...], t: int) -> bool:
-    if not all(free_row[g] for g in gpus):
+    if not bool(free_row[list(gpus)].all()):
         return False
     groups = [gpus[i : i + t] for i in range(0, len(gpus), t)]
     return all(len({int(island_of[g]) for g in grp}) == 1 for grp in groups)
 
 
-def _pack(free_row: BoolArray, island_of: IntArray, g: int, t: int) -> tuple[int, ...]:
-    if g == 0:
-        return ()
-    islands: dict[int, list[int]] = {}
+def _islands(free_row: BoolArray, island_of: IntArray, need: int) -> list[list[int]]:
+    """Free GPUs by island, restricted to the fewest islands that together hold ``need``."""
+    by_island: dict[int, list[int]] = {}
     for gpu in np.flatnonzero(free_row & (island_of >= 0)):
-        islands.setdefault(int(island_of[gpu]), []).append(int(gpu))
-    fitting = [members for members in islands.values() if len(members) >= g]
+        by_island.setdefault(int(island_of[gpu]), []).append(int(gpu))
+    groups = list(by_island.values())
+    fitting = [members for members in groups if len(members) >= need]
     if fitting:
-        return tuple(min(fitting, key=len)[:g])
-    pick: list[int] = []
-    for members in sorted(islands.values(), key=len, reverse=True):
-        usable = (len(members) // t) * t
-        pick.extend(members[: min(usable, g - len(pick))])
-        if len(pick) == g:
+        return [min(fitting, key=len)]
+    groups.sort(key=len, reverse=True)
+    out, held = [], 0
+    for members in groups:
+        if held >= need:
             break
-    return tuple(sorted(pick))
+        out.append(members)
+        held += len(members)
+    return out + [m for m in groups if m not in out]
+
+
+def _pack(islands: list[list[int]], g: int, t: int) -> tuple[int, ...]:
+    """Take one replica from ``islands`` (mutated): inside the tightest island that fits it."""
+    fitting = [members for members in islands if len(members) >= g]
+    if fitting:
+        members = min(fitting, key=len)
+        pick, members[:] = members[:g], members[g:]
+        return tuple(pick)
+    taken: list[int] = []
+    for members in sorted(islands, key=len, reverse=True):
+        usable = min((len(members) // t) * t, g - len(taken))
+        taken.extend(members[:usable])
+        members[:] = members[usable:]
+        if len(taken) == g:
+            break
+    return tuple(sorted(taken))

@@ -33,7 +33,8 @@ def when_and_where(state: FleetState, gang: Gang, now: float) -> Decision:
 
     Releases running allocations in order of expected end and finds, by bisection over that
     order (more free capacity never makes a gang unplaceable), the earliest end after which the
-    gang fits. Jobs without an expected end are assumed to run forever.
+    gang fits. Jobs without an expected end are assumed to run forever. ``waits_for`` names the
+    running jobs on the hosts the placement uses (their GPUs, CPUs or memory are needed).
     """
     current = place_now(state, gang)
     if current.placed:
@@ -63,11 +64,7 @@ def when_and_where(state: FleetState, gang: Gang, now: float) -> Decision:
     k, placement = found
     end = ending[k].expected_end
     assert end is not None
-    taken = {(g.host, gpu) for g in placement.grants for gpu in g.gpus}
-    waits = tuple(
-        a.job
-        for a in ending[: k + 1]
-        if any((g.host, gpu) in taken for g in a.grants for gpu in g.gpus)
-    )
+    hosts = {g.host for g in placement.grants}
+    waits = tuple(a.job for a in ending[: k + 1] if any(g.host in hosts for g in a.grants))
     fixes = tuple(f for f in current.fixes if not f.startswith("wait"))
     return Decision(Outcome.LATER, placement, current.reasons, fixes, max(end, now), waits)

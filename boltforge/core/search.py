@@ -89,10 +89,11 @@ def _racks(
     valid = hosts >= 0
     kmax = fit.intra.shape[1] - 1
     slots = np.where(valid, fit.slots[hosts], 0)
-    one = np.where(valid, fit.intra[hosts, min(1, kmax)], _INF)
+    most = fit.intra[hosts, np.minimum(np.minimum(fit.slots[hosts], replicas), kmax)]
+    inside = np.where(valid, most, _INF)
     free = np.where(valid, fit.free[hosts], 0)
-    # Fill order: more slots first, then cheaper inside the host, then fuller (best fit).
-    key = -slots * 1e6 + np.minimum(one, 999.0) * 100.0 + np.minimum(free, 99)
+    # Fill order: more slots first, then cheaper inside the host when filled, then fuller.
+    key = -slots * 1e6 + np.minimum(inside, 999.0) * 100.0 + np.minimum(free, 99)
     idx = np.argsort(key, axis=1, kind="stable")
     order = np.where(np.take_along_axis(valid, idx, 1), np.take_along_axis(hosts, idx, 1), -1)
     s = np.take_along_axis(slots, idx, 1)

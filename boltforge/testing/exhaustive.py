@@ -13,7 +13,7 @@ from boltforge.core.gang import Role
 from boltforge.core.hostfit import HostFit, eligible_hosts, host_fit
 from boltforge.core.levels import Level
 from boltforge.core.modes import place_now
-from boltforge.core.placement import assign
+from boltforge.core.roleplan import assign
 from boltforge.core.state import Allocation, FleetState, Grant
 from boltforge.core.topology import HostLayout, TopologyTree
 from boltforge.testing.builders import make_gang, make_pool, make_role
