@@ -89,6 +89,7 @@ def select_gpus(
     count: int,
     role: Role,
     template: list[tuple[int, ...]] | None = None,
+    same_layout: bool = False,
 ) -> list[tuple[int, ...]]:
     """Pick GPUs on one host for ``count`` replicas of ``role``; mutates ``free_row``.
 
@@ -97,7 +98,8 @@ def select_gpus(
     on the same network rail. The rest are packed into the fewest islands that hold them all
     (the tightest single island when one suffices), each replica inside one island where
     possible, else as whole tensor-parallel groups across islands. The caller guarantees the
-    host has the slots.
+    host has the slots. ``same_layout`` says the template comes from a host with the same
+    island layout, so its tensor-parallel groups need no re-check.
     """
     if role.gpus == 0:
         return [() for _ in range(count)]
@@ -105,7 +107,9 @@ def select_gpus(
     for want in template or []:
         if len(chosen) == count:
             break
-        if _usable(free_row, island_of, want, role.tensor_parallel):
+        if bool(free_row[list(want)].all()) and (
+            same_layout or _grouped(island_of, want, role.tensor_parallel)
+        ):
             free_row[list(want)] = False
             chosen.append(want)
     islands = _islands(free_row, island_of, (count - len(chosen)) * role.gpus)
@@ -116,9 +120,7 @@ def select_gpus(
     return chosen
 
 
-def _usable(free_row: BoolArray, island_of: IntArray, gpus: tuple[int, ...], t: int) -> bool:
-    if not bool(free_row[list(gpus)].all()):
-        return False
+def _grouped(island_of: IntArray, gpus: tuple[int, ...], t: int) -> bool:
     groups = [gpus[i : i + t] for i in range(0, len(gpus), t)]
     return all(len({int(island_of[g]) for g in grp}) == 1 for grp in groups)
 

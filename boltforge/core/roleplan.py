@@ -61,7 +61,7 @@ def _plan_on(
     fit = host_fit(state, role, eligible, role.replicas, island_only=cap == Level.ISLAND)
     if int(fit.slots.sum()) < role.replicas:
         return None
-    search = run(tree, fit, role.replicas, role.gpus)
+    search = run(tree, fit, role.replicas, role.gpus, cap)
     found = candidates(tree, fit, search, role.gpus, cap)
     if not found:
         return None
@@ -201,10 +201,14 @@ def assign(state: FleetState, role: Role, counts: dict[int, int]) -> list[Grant]
     sets: dict[int, list[tuple[int, ...]]] = {}
     row = state.free[lead].copy()
     sets[lead] = select_gpus(row, tree.gpu_island[lead], counts[lead], role)
+    lead_pool = tree.host_pool[lead]
     for host in counts:
         if host != lead:
             row = state.free[host].copy()
-            sets[host] = select_gpus(row, tree.gpu_island[host], counts[host], role, sets[lead])
+            same = bool(tree.host_pool[host] == lead_pool)
+            sets[host] = select_gpus(
+                row, tree.gpu_island[host], counts[host], role, sets[lead], same
+            )
     grants: list[Grant] = []
     for host in sorted(counts):
         for gpus in sets[host]:

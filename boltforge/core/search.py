@@ -59,15 +59,30 @@ class RoleSearch:
     spine_split: IntArray  # (1, pods, R+1)
 
 
-def run(tree: TopologyTree, fit: HostFit, replicas: int, gpus: int) -> RoleSearch:
-    """Fill the racks, pods and spine tables for ``replicas`` replicas of ``gpus`` GPUs."""
+def run(
+    tree: TopologyTree, fit: HostFit, replicas: int, gpus: int, cap: Level = Level.SPINE
+) -> RoleSearch:
+    """Fill the racks, pods and spine tables for ``replicas`` replicas of ``gpus`` GPUs.
+
+    The pod and spine folds are skipped (left infinite) when ``cap`` stops at a rack, or when
+    the best single rack already costs no more than any placement spanning two racks could
+    (``spread_bound``): the common case of a gang that fits one rack.
+    """
     w = tree.weights
     order, before, slots, rack_cost = _racks(tree, fit, replicas, gpus)
-    pad_row = np.full((1, replicas + 1), _INF)
-    pad_row[0, 0] = 0.0
-    by_pod = np.concatenate([rack_cost, pad_row])[tree.pod_racks]
-    pod_cost, pod_split = fold(by_pod, w.pod)
-    spine_cost, spine_split = fold(pod_cost[None, :, :], w.spine)
+    n_pods, width = len(tree.pod_names), replicas + 1
+    best_rack = float(rack_cost[:, replicas].min()) if len(rack_cost) else _INF
+    if cap <= Level.RACK or best_rack <= spread_bound(tree, fit, replicas, gpus):
+        pod_cost = np.full((n_pods, width), _INF)
+        pod_cost[:, 0] = 0.0
+        pod_split = np.zeros((n_pods, tree.pod_racks.shape[1], width), dtype=np.int64)
+        spine_cost, spine_split = pod_cost[:1].copy(), pod_split[:1, :1].copy()
+    else:
+        pad_row = np.full((1, width), _INF)
+        pad_row[0, 0] = 0.0
+        by_pod = np.concatenate([rack_cost, pad_row])[tree.pod_racks]
+        pod_cost, pod_split = fold(by_pod, w.pod)
+        spine_cost, spine_split = fold(pod_cost[None, :, :], w.spine)
     return RoleSearch(
         replicas,
         fit,
@@ -80,6 +95,21 @@ def run(tree: TopologyTree, fit: HostFit, replicas: int, gpus: int) -> RoleSearc
         spine_cost[0],
         spine_split,
     )
+
+
+def spread_bound(tree: TopologyTree, fit: HostFit, replicas: int, gpus: int) -> float:
+    """A lower bound on the cost of any placement that spans two racks or more.
+
+    With ``N`` GPUs on ``H`` hosts, every host's internal hops cost at least NVLink, so the
+    ring costs at least ``(N - H)·nvlink + (H - 2)·rack + pod``; since a rack hop costs no less
+    than an NVLink hop this grows with ``H``, so the fewest hosts that can hold the replicas give
+    the bound.
+    """
+    w = tree.weights
+    held = np.cumsum(np.sort(fit.slots)[::-1])
+    fewest = int(np.searchsorted(held, replicas)) + 1
+    total = replicas * gpus
+    return (total - fewest) * w.nvlink + max(fewest - 2, 0) * w.rack + w.pod
 
 
 def _racks(
