@@ -42,6 +42,7 @@ def main() -> None:
     print(f"placement quality: {summary['cases']} cases (seeds {args.seed}..), {placed} placeable")
     print(f"  engine == optimum           {summary['optimal_share']:.2%}")
     print(f"  worst engine / optimum      {summary['worst_ratio_vs_optimal']:.3f}")
+    print(f"  over 1.10 x optimum         {summary['share_over_10_percent_worse']:.2%}")
     print(f"  mean engine / optimum       {summary['mean_ratio_vs_optimal']:.4f}")
     print(f"  feasibility disagreements   {summary['feasibility_disagreements']}")
     print(f"  median cost engine / ff     {summary['median_cost_ratio_vs_first_fit']:.3f}")

@@ -57,6 +57,7 @@ class RoleSearch:
     pod_split: IntArray  # (pods, racks per pod, R+1)
     spine_cost: FloatArray  # (R+1,)
     spine_split: IntArray  # (1, pods, R+1)
+    host_split: IntArray | None = None  # (racks, hosts per rack, R+1) when racks were folded
 
 
 def run(
@@ -65,14 +66,22 @@ def run(
     """Fill the racks, pods and spine tables for ``replicas`` replicas of ``gpus`` GPUs.
 
     The pod and spine folds are skipped (left infinite) when ``cap`` stops at a rack, or when
-    the best single rack already costs no more than any placement spanning two racks could
-    (``spread_bound``): the common case of a gang that fits one rack.
+    replicas take whole hosts (so rails cannot add cost) and the best single rack already costs
+    no more than any placement spanning two racks could (``spread_bound``): the common case of
+    a large gang that fits one rack.
     """
     w = tree.weights
-    order, before, slots, rack_cost = _racks(tree, fit, replicas, gpus)
+    host_split = None
+    if _linear(fit, gpus, tree.weights.nvlink):
+        order, before, slots, rack_cost = _racks(tree, fit, replicas, gpus)
+    else:
+        order, before, slots = tree.rack_hosts, tree.rack_hosts * 0, tree.rack_hosts * 0
+        rack_cost, host_split = _racks_exact(tree, fit, replicas, gpus)
     n_pods, width = len(tree.pod_names), replicas + 1
     best_rack = float(rack_cost[:, replicas].min()) if len(rack_cost) else _INF
-    if cap <= Level.RACK or best_rack <= spread_bound(tree, fit, replicas, gpus):
+    whole_hosts = bool(np.all(tree.host_gpus[fit.slots > 0] <= gpus))  # never off-rail
+    skip = whole_hosts and best_rack <= spread_bound(tree, fit, replicas, gpus)
+    if cap <= Level.RACK or skip:
         pod_cost = np.full((n_pods, width), _INF)
         pod_cost[:, 0] = 0.0
         pod_split = np.zeros((n_pods, tree.pod_racks.shape[1], width), dtype=np.int64)
@@ -94,7 +103,45 @@ def run(
         pod_split,
         spine_cost[0],
         spine_split,
+        host_split,
     )
+
+
+def _linear(fit: HostFit, gpus: int, nvlink: float) -> bool:
+    """True when every host's inner cost is NVLink hops only (one island holds what it takes).
+
+    Then only the number of hosts matters inside a rack and filling the roomiest hosts first
+    is optimal; otherwise the rack is solved exactly by folding over its hosts.
+    """
+    if gpus == 0:
+        return True
+    k = np.arange(fit.intra.shape[1])
+    linear = np.where(k == 0, 0.0, (k * gpus - 1) * nvlink)
+    finite = np.isfinite(fit.intra)
+    return bool(np.all(np.abs(fit.intra - linear[None, :])[finite] < 1e-9))
+
+
+def _racks_exact(
+    tree: TopologyTree, fit: HostFit, replicas: int, gpus: int
+) -> tuple[FloatArray, IntArray]:
+    """Rack costs by a min-plus fold over each rack's hosts (exact for any inner costs)."""
+    hosts = tree.rack_hosts
+    kmax = fit.intra.shape[1] - 1
+    width = replicas + 1
+    pad = np.full((1, kmax + 1), _INF)
+    pad[0, 0] = 0.0
+    intra = np.concatenate([fit.intra, pad])
+    k = np.arange(width)
+    per_host = intra[hosts][:, :, np.minimum(k, kmax)]
+    per_host[:, :, k > kmax] = _INF
+    free = np.append(fit.free, 0)[hosts]
+    per_host += TIE_BREAK * np.maximum(free[:, :, None] - k[None, None, :] * gpus, 0)
+    per_host[:, :, 0] = 0.0
+    rack_cost, split = fold(per_host, tree.weights.rack)
+    leftover = np.maximum(free.sum(axis=1)[:, None] - k[None, :] * gpus, 0)
+    rack_cost = rack_cost + TIE_BREAK * leftover
+    rack_cost[:, 0] = 0.0
+    return rack_cost, split
 
 
 def spread_bound(tree: TopologyTree, fit: HostFit, replicas: int, gpus: int) -> float:
@@ -257,6 +304,10 @@ def rack_counts(search: RoleSearch, rack: int, r: int) -> dict[int, int]:
     Hosts fill in the table's order; the last, partly filled host is then swapped for the
     smallest host that still holds its share at no higher cost (best fit).
     """
+    if search.host_split is not None:
+        shares = unfold(search.host_split, rack, r)
+        hosts = search.rack_order[rack]
+        return {int(h): k for h, k in zip(hosts, shares, strict=True) if k > 0}
     order = search.rack_order[rack]
     slots = search.rack_slots[rack]
     take = np.clip(r - search.rack_before[rack], 0, slots)

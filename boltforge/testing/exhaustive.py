@@ -273,6 +273,9 @@ def summarize(results: list[QualityResult]) -> dict[str, float | int]:
             sum(1 for e, o in placed if e <= o + 1e-9) / len(placed) if placed else 1.0
         ),
         "worst_ratio_vs_optimal": max(vs_opt, default=1.0),
+        "share_over_10_percent_worse": (
+            sum(1 for v in vs_opt if v > 1.10 + 1e-9) / len(vs_opt) if vs_opt else 0.0
+        ),
         "mean_ratio_vs_optimal": statistics.fmean(vs_opt) if vs_opt else 1.0,
         "median_cost_ratio_vs_first_fit": statistics.median(cost_ff) if cost_ff else 1.0,
         "mean_cost_ratio_vs_first_fit": statistics.fmean(cost_ff) if cost_ff else 1.0,
