@@ -1,0 +1,244 @@
+"""The scheduling cycle: one pure function from a fleet snapshot to decisions.
+
+A full pass runs these phases, one call each::
+
+    # 1. order     pending jobs by the policy's rule (fair share, FIFO, priority, LAS)
+    # 2. snapshot  a scratch copy of the fleet state that the pass fills in
+    # 3. place     each job now, outside hosts reserved for jobs ahead of it (backfill rule)
+    # 4. admit     against its queue's guaranteed and burst quota
+    # 5. elastic   start smaller when that finishes sooner than waiting for the full size
+    # 6. preempt   free a topology-valid placement at the least lost work
+    # 7. reserve   the first blocked jobs get a when-and-where reservation
+    # 8. wait      every other job carries its reason, position and, near the head, an estimate
+
+The same inputs always give the same decisions: nothing here reads a clock or draws a random
+number, and every tie is broken by job id. ``schedule_arrival`` is the incremental pass for one
+new job against the reservations of the last full pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from boltforge.core.answers import Placement
+from boltforge.core.decisions import (
+    Bind,
+    CycleResult,
+    Evict,
+    Reserve,
+    Waiting,
+    WaitReason,
+)
+from boltforge.core.firstfit import first_fit
+from boltforge.core.gang import Gang
+from boltforge.core.modes import could_ever_fit, place_now, when_and_where
+from boltforge.core.ordering import FairOrder, order_jobs
+from boltforge.core.placement import Outcome
+from boltforge.core.policy import Backfill, Policy
+from boltforge.core.state import Allocation, FleetState
+from boltforge.core.workload import Job, Running
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What a cycle sees. ``state`` holds every running job's allocation under its job id,
+    with ``expected_end`` set where the job's runtime is known."""
+
+    state: FleetState
+    pending: tuple[Job, ...]
+    running: tuple[Running, ...]
+    now: float
+
+
+@dataclass
+class _Pass:
+    """Mutable bookkeeping of one pass; never escapes the cycle."""
+
+    policy: Policy
+    now: float
+    work: FleetState
+    running: dict[str, Running]
+    binds: list[Bind] = field(default_factory=list)
+    evictions: list[Evict] = field(default_factory=list)
+    reservations: list[Reserve] = field(default_factory=list)
+    waiting: list[Waiting] = field(default_factory=list)
+    failed_shapes: dict[tuple[object, ...], tuple[WaitReason, tuple[str, ...]]] = field(
+        default_factory=dict
+    )
+    estimates_left: int = 0
+    head_blocked: str | None = None
+
+
+def run_cycle(
+    snap: Snapshot,
+    policy: Policy,
+    fair: FairOrder | None = None,
+    reservations: tuple[Reserve, ...] = (),
+) -> CycleResult:
+    """Decide what to start, reserve and leave waiting (see the module docstring for phases)."""
+    ordered = order_jobs(list(snap.pending), policy, snap.now, fair)  # 1. order
+    p = _Pass(policy, snap.now, snap.state.copy(), {r.job.id: r for r in snap.running})  # 2.
+    p.reservations = list(reservations)
+    p.estimates_left = policy.estimate_waits
+    for position, job in enumerate(ordered):
+        _consider(p, job, position)  # 3-8, one job at a time
+    return CycleResult(
+        binds=tuple(p.binds),
+        evictions=tuple(p.evictions),
+        reservations=tuple(p.reservations),
+        waiting=tuple(p.waiting),
+    )
+
+
+def schedule_arrival(
+    snap: Snapshot, job: Job, policy: Policy, reservations: tuple[Reserve, ...]
+) -> CycleResult:
+    """Incremental pass for one arrival: place ``job`` now if it fits without delaying any
+    reservation of the last full pass, else leave it waiting with its reason. Jobs already
+    pending keep their places; the next full pass re-orders everything."""
+    p = _Pass(policy, snap.now, snap.state.copy(), {r.job.id: r for r in snap.running})
+    p.reservations = list(reservations)
+    p.estimates_left = 1
+    _consider(p, job, len(snap.pending), may_reserve=False)
+    return CycleResult(
+        binds=tuple(p.binds), waiting=tuple(p.waiting), reservations=tuple(p.reservations)
+    )
+
+
+def _consider(p: _Pass, job: Job, position: int, may_reserve: bool = True) -> None:
+    if p.head_blocked is not None:
+        detail = (f"strict order: waits behind {p.head_blocked}",)
+        p.waiting.append(Waiting(job.id, position, WaitReason.BEHIND, detail))
+        return
+    _consider_one(p, job, position, may_reserve)
+    if p.policy.strict_order and p.waiting and p.waiting[-1].job == job.id:
+        p.head_blocked = job.id
+
+
+def _consider_one(p: _Pass, job: Job, position: int, may_reserve: bool) -> None:
+    blocked = _blocked_hosts(p, job)
+    shape = _shape(job.gang, blocked)
+    if shape in p.failed_shapes:
+        reason, detail = p.failed_shapes[shape]
+        p.waiting.append(Waiting(job.id, position, reason, detail, None))
+        return
+    placement, reasons, never = _place(p, job.gang, blocked)  # 3. place
+    if placement is not None:
+        _bind(p, job, placement, position)
+        return
+    ever = could_ever_fit(p.work.tree, job.gang)
+    if ever.outcome == Outcome.NEVER:
+        never, reasons = True, (*ever.reasons, *(f"To fix: {f}" for f in ever.fixes))
+    if never:
+        p.failed_shapes[shape] = (WaitReason.NEVER, reasons)
+        p.waiting.append(Waiting(job.id, position, WaitReason.NEVER, reasons))
+        return
+    if may_reserve and _may_reserve(p) and _reserve(p, job, position, reasons):  # 7. reserve
+        return
+    reason = _classify(p, job, blocked)
+    estimate = _estimate(p, job)
+    p.failed_shapes.setdefault(shape, (reason, reasons))
+    p.waiting.append(Waiting(job.id, position, reason, reasons, estimate))  # 8. wait
+
+
+def _blocked_hosts(p: _Pass, job: Job) -> frozenset[int]:
+    """Hosts ``job`` must avoid: those reserved for a start before ``job`` would finish."""
+    runtime = job.expected_runtime()
+    hosts: set[int] = set()
+    for res in p.reservations:
+        if res.job == job.id:
+            continue
+        if runtime is None or p.now + runtime > res.start:
+            hosts |= res.hosts
+    return frozenset(hosts)
+
+
+def _shape(gang: Gang, blocked: frozenset[int]) -> tuple[object, ...]:
+    roles = tuple(
+        (r.replicas, r.gpus, r.tensor_parallel, r.capability, r.cpus, r.memory_gb)
+        for r in gang.roles
+    )
+    return (roles, gang.topology, blocked)
+
+
+def _place(
+    p: _Pass, gang: Gang, blocked: frozenset[int]
+) -> tuple[Placement | None, tuple[str, ...], bool]:
+    """Place on the pass's state with ``blocked`` hosts fenced off; (placement, reasons, never)."""
+    saved = p.work.cordoned.copy()
+    if blocked:
+        p.work.cordoned[list(blocked)] = True
+    try:
+        if p.policy.topology_aware:
+            decision = place_now(p.work, gang)
+            never = decision.outcome == Outcome.NEVER
+            return decision.placement, decision.reasons, never
+        placed = first_fit(p.work, gang)
+        return placed, () if placed else ("first-fit found no hosts with room",), False
+    finally:
+        p.work.cordoned = saved
+
+
+def _bind(
+    p: _Pass, job: Job, placement: Placement, position: int, replicas: int | None = None
+) -> None:
+    runtime = job.expected_runtime()
+    end = p.now + runtime if runtime is not None else None
+    p.work.allocate(Allocation(job.id, placement.grants, end, job.priority))
+    p.binds.append(Bind(job.id, placement, replicas, position=position))
+
+
+def _may_reserve(p: _Pass) -> bool:
+    depth = {Backfill.NONE: 0, Backfill.EASY: 1}.get(p.policy.backfill, p.policy.reservations)
+    return len(p.reservations) < depth
+
+
+def _reserve(p: _Pass, job: Job, position: int, reasons: tuple[str, ...]) -> bool:
+    """Reserve the earliest start for ``job`` that no earlier reservation's hosts block."""
+    trial = p.work.copy()
+    for res in p.reservations:
+        trial.cordoned[list(res.hosts)] = True
+    decision = when_and_where(trial, job.gang, p.now)
+    if decision.outcome != Outcome.LATER or decision.placement is None:
+        return False
+    start = decision.start_time if decision.start_time is not None else p.now
+    hosts = frozenset(g.host for g in decision.placement.grants)
+    p.reservations.append(Reserve(job.id, start, decision.placement, hosts))
+    detail = (*reasons, f"reserved: starts at t={start:.0f} on {len(hosts)} host(s)")
+    p.waiting.append(Waiting(job.id, position, WaitReason.RESERVED, detail, start))
+    return True
+
+
+def _classify(p: _Pass, job: Job, blocked: frozenset[int]) -> WaitReason:
+    if blocked:
+        placement, _, _ = _place(p, job.gang, frozenset())
+        if placement is not None:
+            return WaitReason.RESERVATION
+    free = int(p.work.free[~p.work.cordoned].sum())
+    return WaitReason.TOPOLOGY if free >= job.gpus else WaitReason.CAPACITY
+
+
+def _estimate(p: _Pass, job: Job) -> float | None:
+    """When-and-where start for the first few waiting jobs (bounded work per pass)."""
+    if p.estimates_left <= 0:
+        return None
+    p.estimates_left -= 1
+    decision = when_and_where(p.work, job.gang, p.now)
+    return decision.start_time if decision.outcome == Outcome.LATER else None
+
+
+def _replace_replicas(gang: Gang, replicas: int) -> Gang:
+    first = replace(gang.roles[0], replicas=replicas)
+    return replace(gang, roles=(first, *gang.roles[1:]))
+
+
+__all__ = [
+    "Bind",
+    "CycleResult",
+    "Evict",
+    "Reserve",
+    "Snapshot",
+    "Waiting",
+    "run_cycle",
+    "schedule_arrival",
+]

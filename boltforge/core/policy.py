@@ -1,0 +1,97 @@
+"""Named scheduling policies: how a cycle orders, places, backfills, preempts and resizes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+
+class Ordering(StrEnum):
+    """How pending jobs are ordered."""
+
+    FAIR = "fair"  # priority class, deadline urgency, hierarchical fair share, DRF, age
+    FIFO = "fifo"  # arrival order
+    PRIORITY = "priority"  # priority class, then arrival (Slurm's multifactor without fair share)
+    LAS = "las"  # Tiresias: least attained service in discrete queues, starvation promotion
+
+
+class Backfill(StrEnum):
+    """Whether later jobs may start in gaps ahead of blocked ones."""
+
+    NONE = "none"
+    EASY = "easy"  # one reservation: the first blocked job
+    CONSERVATIVE = "conservative"  # a reservation for each of the first `reservations` blocked
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """One named scheduling profile; the simulator runs several side by side.
+
+    ``strict_order``: once a job cannot start, every job behind it waits (head-of-line
+    blocking, as in plain FIFO). ``reservations`` bounds conservative backfill's depth;
+    ``estimate_waits`` how many waiting jobs per pass get a when-and-where start estimate.
+    Tiresias parameters: ``las_thresholds`` (GPU-seconds of attained service splitting the
+    discrete queues) and ``starvation_s`` (a job waiting this long is promoted to the top queue).
+    """
+
+    name: str
+    ordering: Ordering = Ordering.FAIR
+    strict_order: bool = False
+    topology_aware: bool = True
+    backfill: Backfill = Backfill.CONSERVATIVE
+    reservations: int = 4
+    preemption: bool = True
+    elastic: bool = True
+    lookahead: int = 16
+    half_life_s: float = 7 * 86400.0
+    resize_cost_s: float = 60.0
+    resize_window_s: float = 1800.0
+    estimate_waits: int = 32
+    las_thresholds: tuple[float, ...] = (3600.0 * 8, 3600.0 * 8 * 24)
+    starvation_s: float = 3 * 86400.0
+
+    def with_(self, **changes: object) -> Policy:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+POLICIES: dict[str, Policy] = {
+    "default": Policy("default"),
+    "fifo": Policy(
+        "fifo",
+        ordering=Ordering.FIFO,
+        strict_order=True,
+        topology_aware=False,
+        backfill=Backfill.NONE,
+        reservations=0,
+        preemption=False,
+        elastic=False,
+        lookahead=0,
+    ),
+    "slurm-like": Policy(
+        "slurm-like",
+        ordering=Ordering.PRIORITY,
+        topology_aware=False,
+        backfill=Backfill.EASY,
+        reservations=1,
+        preemption=False,
+        elastic=False,
+        lookahead=0,
+    ),
+    "tiresias": Policy(
+        "tiresias",
+        ordering=Ordering.LAS,
+        topology_aware=True,
+        backfill=Backfill.NONE,
+        reservations=0,
+        preemption=False,
+        elastic=False,
+        lookahead=0,
+    ),
+}
+
+
+def named(name: str) -> Policy:
+    """The policy called ``name``; raise KeyError listing the known names."""
+    if name not in POLICIES:
+        raise KeyError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
+    return POLICIES[name]

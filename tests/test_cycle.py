@@ -1,0 +1,242 @@
+"""The scheduling cycle: ordering, backfill around reservations, strict FIFO, determinism."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from boltforge.core.cycle import Snapshot, run_cycle, schedule_arrival
+from boltforge.core.decisions import CycleResult, WaitReason
+from boltforge.core.gang import Gang
+from boltforge.core.policy import POLICIES, Backfill, Policy
+from boltforge.core.state import Allocation, FleetState, Grant
+from boltforge.core.topology import TopologyTree
+from boltforge.core.workload import Job, Running
+from boltforge.testing.builders import make_fleet, make_gang
+
+ALL = tuple(range(8))
+CONSERVATIVE = POLICIES["default"]
+EASY = CONSERVATIVE.with_(backfill=Backfill.EASY)
+
+
+def job(
+    name: str, gpus: int, submit: float = 0.0, limit: float | None = None, priority: int = 3
+) -> Job:
+    gang = make_gang(name, gpus=gpus, per_node=min(8, gpus))
+    gang = Gang(gang.name, gang.roles, gang.topology, "team", priority)
+    return Job(name, gang, "team", submit, time_limit=limit)
+
+
+@dataclass(frozen=True)
+class Busy:
+    """A running job on whole hosts, ending at ``end`` (None: unknown)."""
+
+    name: str
+    hosts: tuple[str, ...]
+    end: float | None
+
+
+@dataclass(frozen=True)
+class World:
+    fleet: TopologyTree
+    busy: tuple[Busy, ...] = ()
+    pending: tuple[Job, ...] = ()
+    now: float = 0.0
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def snapshot(w: World) -> Snapshot:
+    state = FleetState(w.fleet)
+    running = []
+    for b in w.busy:
+        grants = tuple(Grant("w", i, w.fleet.host_index[h], ALL) for i, h in enumerate(b.hosts))
+        state.allocate(Allocation(b.name, grants, b.end))
+        j = Job(
+            b.name,
+            make_gang(b.name, gpus=8 * len(b.hosts)),
+            "team",
+            -1.0,
+            time_limit=None if b.end is None else b.end,
+        )
+        running.append(Running(j, state.allocations[b.name], 0.0))
+    return Snapshot(state, w.pending, tuple(running), w.now)
+
+
+LAB = make_fleet(racks=2, hosts=2)  # h100-p0-r0-h0 .. h100-p0-r1-h1
+H = [h.name for h in LAB.hosts]
+
+
+def binds(result: CycleResult) -> list[str]:
+    return [b.job for b in result.binds]
+
+
+SCENARIOS = [
+    pytest.param(
+        World(
+            LAB,
+            (Busy("a", (H[0], H[1]), 3600.0), Busy("b", (H[2],), 7200.0)),
+            (job("big", 32, 0.0), job("short", 8, 1.0, limit=1800.0)),
+        ),
+        CONSERVATIVE,
+        ["short"],
+        {"big": WaitReason.RESERVED},
+        id="a short job backfills into a gap that closes before the big job's reservation",
+    ),
+    pytest.param(
+        World(
+            LAB,
+            (Busy("a", (H[0], H[1]), 3600.0), Busy("b", (H[2],), 7200.0)),
+            (job("big", 32, 0.0), job("long", 8, 1.0, limit=10_000.0)),
+        ),
+        CONSERVATIVE,
+        [],
+        {"big": WaitReason.RESERVED, "long": WaitReason.RESERVATION},
+        id="a long job may not take hosts reserved for the big job ahead of it",
+    ),
+    pytest.param(
+        World(
+            LAB,
+            (Busy("a", (H[0], H[1]), 3600.0), Busy("b", (H[2],), 7200.0)),
+            (job("big", 32, 0.0), job("unknown", 8, 1.0)),
+        ),
+        CONSERVATIVE,
+        [],
+        {"unknown": WaitReason.RESERVATION},
+        id="a job without a time limit never backfills onto reserved hosts",
+    ),
+    pytest.param(
+        World(
+            LAB,
+            (Busy("a", (H[0], H[1]), 3600.0), Busy("b", (H[2],), 7200.0)),
+            (job("big", 32, 0.0), job("short", 8, 1.0, limit=1800.0)),
+        ),
+        POLICIES["fifo"],
+        [],
+        {"big": WaitReason.CAPACITY, "short": WaitReason.BEHIND},
+        id="strict FIFO keeps a short job behind the blocked head of the queue",
+    ),
+    pytest.param(
+        World(
+            LAB,
+            (Busy("a", (H[0], H[1]), 3600.0), Busy("b", (H[2],), 7200.0)),
+            (job("big", 32, 0.0), job("mid", 16, 1.0), job("short", 8, 2.0, limit=600.0)),
+        ),
+        EASY,
+        ["short"],
+        {"big": WaitReason.RESERVED, "mid": WaitReason.CAPACITY},
+        id="EASY backfill reserves only for the first blocked job",
+    ),
+    pytest.param(
+        World(LAB, (), (job("low", 8, 0.0, priority=3), job("high", 32, 5.0, priority=1))),
+        POLICIES["slurm-like"],
+        ["high"],
+        {"low": WaitReason.CAPACITY},
+        id="a higher class goes first even when it arrived later",
+    ),
+    pytest.param(
+        World(LAB, (), (job("x", 64, 0.0),)),
+        CONSERVATIVE,
+        [],
+        {"x": WaitReason.NEVER},
+        id="a job bigger than the fleet is never-fits, not waiting forever",
+    ),
+]
+
+
+@pytest.mark.parametrize(("world", "policy", "started", "reasons"), SCENARIOS)
+def test_cycle_scenario(
+    world: World, policy: Policy, started: list[str], reasons: dict[str, WaitReason]
+) -> None:
+    result = run_cycle(snapshot(world), policy)
+    assert binds(result) == started
+    for name, reason in reasons.items():
+        why = result.why(name)
+        assert why is not None and why.reason == reason, (name, why)
+
+
+def test_reserved_job_is_told_when_it_starts() -> None:
+    world = World(
+        LAB, (Busy("a", (H[0], H[1]), 3600.0), Busy("b", (H[2],), 7200.0)), (job("big", 32),)
+    )
+    why = run_cycle(snapshot(world), CONSERVATIVE).why("big")
+    assert why is not None and why.estimated_start == 7200.0
+
+
+def test_waiting_jobs_keep_their_queue_position() -> None:
+    world = World(LAB, (Busy("a", tuple(H), None),), tuple(job(f"j{i}", 8, i) for i in range(5)))
+    result = run_cycle(snapshot(world), POLICIES["slurm-like"])
+    assert [w.position for w in result.waiting] == [0, 1, 2, 3, 4]
+
+
+def test_arrival_pass_respects_existing_reservations() -> None:
+    world = World(
+        LAB, (Busy("a", (H[0], H[1]), 3600.0), Busy("b", (H[2],), 7200.0)), (job("big", 32, 0.0),)
+    )
+    full = run_cycle(snapshot(world), CONSERVATIVE)
+    late = job("late", 8, 10.0, limit=20_000.0)
+    result = schedule_arrival(snapshot(world), late, CONSERVATIVE, full.reservations)
+    assert binds(result) == []
+    assert result.why("late") is not None
+    quick = job("quick", 8, 10.0, limit=600.0)
+    assert binds(schedule_arrival(snapshot(world), quick, CONSERVATIVE, full.reservations)) == [
+        "quick"
+    ]
+
+
+# --- properties -------------------------------------------------------------------------------
+
+SIZES = st.sampled_from([8, 8, 8, 16, 32])
+
+
+@st.composite
+def worlds(draw: st.DrawFn) -> World:
+    fleet = make_fleet(racks=2, hosts=3)
+    names = [h.name for h in fleet.hosts]
+    busy = []
+    taken = draw(st.lists(st.sampled_from(names), unique=True, max_size=5))
+    for i, host in enumerate(taken):
+        busy.append(Busy(f"r{i}", (host,), draw(st.sampled_from([600.0, 3600.0, 7200.0, None]))))
+    pending = tuple(
+        job(
+            f"p{i}",
+            draw(SIZES),
+            float(i),
+            draw(st.sampled_from([None, 300.0, 5000.0])),
+            draw(st.sampled_from([1, 2, 3])),
+        )
+        for i in range(draw(st.integers(1, 8)))
+    )
+    return World(fleet, tuple(busy), pending)
+
+
+@settings(max_examples=150, deadline=None)
+@given(worlds(), st.sampled_from(list(POLICIES)))
+def test_backfill_never_delays_a_reservation(world: World, name: str) -> None:
+    snap = snapshot(world)
+    result = run_cycle(snap, POLICIES[name])
+    after = snap.state.copy()
+    for b in result.binds:
+        runtime = next(j for j in world.pending if j.id == b.job).expected_runtime()
+        after.allocate(Allocation(b.job, b.placement.grants, None if runtime is None else runtime))
+    for res in result.reservations:
+        at_start = after.copy()
+        for a in list(at_start.allocations.values()):
+            if a.expected_end is not None and a.expected_end <= res.start:
+                at_start.release(a.job)
+        at_start.allocate(res.placement.allocation())  # raises if anything delayed it
+
+
+@settings(max_examples=100, deadline=None)
+@given(worlds(), st.sampled_from(list(POLICIES)))
+def test_cycle_is_deterministic_and_never_double_books(world: World, name: str) -> None:
+    first = run_cycle(snapshot(world), POLICIES[name])
+    second = run_cycle(snapshot(world), POLICIES[name])
+    assert first == second
+    state = snapshot(world).state
+    for b in first.binds:
+        state.allocate(b.placement.allocation())  # raises on any GPU given twice
+    decided = {b.job for b in first.binds} | {w.job for w in first.waiting}
+    assert decided == {j.id for j in world.pending}
