@@ -73,12 +73,15 @@ def _intra_costs(island_free: IntArray, slots: IntArray, g: int, w: CrossingWeig
     if g == 0:
         cost = np.zeros((slots.size, kmax + 1))
     else:
-        covered = np.cumsum(-np.sort(-island_free, axis=1), axis=1)  # (n, I)
         need = ks * g  # (K,)
-        islands = (covered[:, None, :] < need[None, :, None]).sum(axis=2) + 1  # (n, K)
-        cost = (need[None, :] - islands) * w.nvlink + (islands - 1) * w.host
+        islands = np.ones((slots.size, kmax + 1), dtype=np.int64)
+        # Only hosts whose largest free island cannot hold all they may take need sorting.
+        spill = np.flatnonzero(slots * g > island_free.max(axis=1, initial=0))
+        if spill.size:
+            covered = np.cumsum(-np.sort(-island_free[spill], axis=1), axis=1)  # (s, I)
+            islands[spill] = (covered[:, None, :] < need[None, :, None]).sum(axis=2) + 1
+        cost = ((need[None, :] - islands) * w.nvlink + (islands - 1) * w.host).astype(np.float64)
         cost[:, 0] = 0.0
-    cost = cost.astype(np.float64)
     cost[ks[None, :] > slots[:, None]] = np.inf
     return cost
 

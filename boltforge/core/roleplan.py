@@ -11,7 +11,7 @@ from boltforge.core.answers import Alternative, RolePlan
 from boltforge.core.gang import Role
 from boltforge.core.hostfit import HostFit, host_fit, select_gpus
 from boltforge.core.levels import Level
-from boltforge.core.search import Candidate, candidates, run
+from boltforge.core.search import Candidate, candidates, host_candidates, run
 from boltforge.core.state import FleetState, Grant
 from boltforge.core.topology import BoolArray, TopologyTree
 
@@ -48,10 +48,11 @@ def plan_role(state: FleetState, role: Role, eligible: BoolArray, cap: Level) ->
 def _by_gpu_type(tree: TopologyTree, eligible: BoolArray, role: Role) -> dict[str, BoolArray]:
     if role.gpus == 0:
         return {"": eligible}
-    types = sorted({tree.pools[i].gpu_type for i in np.unique(tree.host_pool[eligible])})
-    pool_type = np.array([p.gpu_type for p in tree.pools])
-    host_type = pool_type[tree.host_pool] if len(tree.hosts) else pool_type[:0]
-    return {t: eligible & (host_type == t) for t in types}
+    present = np.bincount(tree.host_pool[eligible], minlength=len(tree.pools)) > 0
+    types = sorted({tree.pools[i].gpu_type for i in np.flatnonzero(present)})
+    if len(types) == 1:
+        return {types[0]: eligible}
+    return {t: eligible & tree.hosts_of_type[t] for t in types}
 
 
 def _plan_on(
@@ -61,8 +62,11 @@ def _plan_on(
     fit = host_fit(state, role, eligible, role.replicas, island_only=cap == Level.ISLAND)
     if int(fit.slots.sum()) < role.replicas:
         return None
-    search = run(tree, fit, role.replicas, role.gpus, cap)
-    found = candidates(tree, fit, search, role.gpus, cap)
+    if role.replicas == 1:
+        found = host_candidates(tree, fit, 1, role.gpus)  # one replica: one host, no search
+    else:
+        search = run(tree, fit, role.replicas, role.gpus, cap)
+        found = candidates(tree, fit, search, role.gpus, cap)
     if not found:
         return None
     # Exact costs never fall below the search's estimates, so stop once the next estimate
@@ -105,8 +109,8 @@ def polish(
     while fewer free GPUs are left on the touched hosts (best fit). Full-host replicas placed
     on rail are left alone: no move can improve them.
     """
-    if not role.gpus or not counts:
-        return counts, grants, breakdown
+    if not role.gpus or len(counts) <= 1:
+        return counts, grants, breakdown  # one host: the host search already priced it exactly
     if breakdown.hops["rail"] == 0 and all(fit.free[h] == k * role.gpus for h, k in counts.items()):
         return counts, grants, breakdown
     budget = SWAP_BUDGET

@@ -246,17 +246,9 @@ def candidates(
     then in its pod, so whole empty racks and pods stay whole.
     """
     R = search.replicas
-    out: list[Candidate] = []
     rack_free = np.append(fit.free, 0)[tree.rack_hosts].sum(axis=1)
     pod_free = np.append(rack_free, 0)[tree.pod_racks].sum(axis=1)
-    single = np.flatnonzero(fit.slots >= R)
-    if single.size:
-        k = min(R, fit.intra.shape[1] - 1)
-        vals = fit.intra[single, k] + TIE_BREAK * np.maximum(fit.free[single] - R * gpus, 0)
-        keys = (pod_free[tree.host_pod[single]], rack_free[tree.host_rack[single]], vals.round(9))
-        for i in np.lexsort(keys)[:3]:
-            h = int(single[i])
-            out.append(Candidate(Level.HOST, h, float(vals[i]), {h: R}))
+    out = host_candidates(tree, fit, R, gpus, rack_free, pod_free)
     if cap >= Level.RACK:
         out += _best(
             search.rack_cost[:, R],
@@ -276,6 +268,35 @@ def candidates(
         out.append(Candidate(Level.SPINE, 0, float(search.spine_cost[R]), counts))
     out.sort(key=lambda c: (round(c.value, 9), c.level))
     return _distinct(out)
+
+
+def host_candidates(
+    tree: TopologyTree,
+    fit: HostFit,
+    replicas: int,
+    gpus: int,
+    rack_free: IntArray | None = None,
+    pod_free: IntArray | None = None,
+) -> list[Candidate]:
+    """The three best single hosts for all ``replicas``: cheapest inside, then tightest fit
+    (fewest free GPUs left on the host, then in its rack, then in its pod)."""
+    single = np.flatnonzero(fit.slots >= replicas)
+    if not single.size:
+        return []
+    if rack_free is None or pod_free is None:
+        rack_free = np.append(fit.free, 0)[tree.rack_hosts].sum(axis=1)
+        pod_free = np.append(rack_free, 0)[tree.pod_racks].sum(axis=1)
+    k = min(replicas, fit.intra.shape[1] - 1)
+    vals = fit.intra[single, k] + TIE_BREAK * np.maximum(fit.free[single] - replicas * gpus, 0)
+    if single.size > 3:  # only hosts as cheap as the third best can rank in the top three
+        keep = vals <= np.partition(vals, 2)[2] + 1e-12
+        single, vals = single[keep], vals[keep]
+    keys = (pod_free[tree.host_pod[single]], rack_free[tree.host_rack[single]], vals.round(9))
+    out = []
+    for i in np.lexsort(keys)[:3]:
+        h = int(single[i])
+        out.append(Candidate(Level.HOST, h, float(vals[i]), {h: replicas}))
+    return out
 
 
 def _best(

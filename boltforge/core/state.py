@@ -40,10 +40,19 @@ class FleetState:
 
     ``free[h, g]`` says whether GPU ``g`` of host ``h`` is free. ``allocate`` and ``release``
     keep the arrays and the allocation table consistent; ``copy`` is cheap, so what-if questions
-    work on a copy and leave the original untouched.
+    work on a copy and leave the original untouched. ``island_free[h, i]`` (free GPUs per NVLink
+    island) is kept in step by ``allocate`` and ``release``; change ``free`` only through them.
     """
 
-    __slots__ = ("allocations", "cordoned", "free", "free_cpus", "free_memory", "tree")
+    __slots__ = (
+        "allocations",
+        "cordoned",
+        "free",
+        "free_cpus",
+        "free_memory",
+        "island_free",
+        "tree",
+    )
 
     def __init__(self, tree: TopologyTree) -> None:
         self.tree = tree
@@ -52,6 +61,7 @@ class FleetState:
         self.free_memory: FloatArray = tree.host_memory.copy()
         self.cordoned: BoolArray = np.zeros(len(tree.hosts), dtype=np.bool_)
         self.allocations: dict[str, Allocation] = {}
+        self.island_free: IntArray = tree.island_onehot.sum(axis=1).astype(np.int64)
 
     def copy(self) -> FleetState:
         other = FleetState.__new__(FleetState)
@@ -61,6 +71,7 @@ class FleetState:
         other.free_memory = self.free_memory.copy()
         other.cordoned = self.cordoned.copy()
         other.allocations = dict(self.allocations)
+        other.island_free = self.island_free.copy()
         return other
 
     def free_gpus_per_host(self) -> IntArray:
@@ -68,9 +79,8 @@ class FleetState:
         return out
 
     def free_per_island(self) -> IntArray:
-        """``[h, i]``: free GPUs in island ``i`` of host ``h``."""
-        out: IntArray = np.einsum("hg,hgi->hi", self.free.astype(np.int64), self.tree.island_onehot)
-        return out
+        """``[h, i]``: free GPUs in island ``i`` of host ``h`` (read-only view of the state)."""
+        return self.island_free
 
     @property
     def free_gpus(self) -> int:
@@ -82,19 +92,24 @@ class FleetState:
             raise Conflict(f"job {allocation.job} already holds resources")
         self._check(allocation.grants)
         for g in allocation.grants:
-            self.free[g.host, list(g.gpus)] = False
-            self.free_cpus[g.host] -= g.cpus
-            self.free_memory[g.host] -= g.memory_gb
+            self._take(g, -1)
         self.allocations[allocation.job] = allocation
 
     def release(self, job: str) -> Allocation:
         """Return everything ``job`` holds to the free pool; raise KeyError if it holds nothing."""
         allocation = self.allocations.pop(job)
         for g in allocation.grants:
-            self.free[g.host, list(g.gpus)] = True
-            self.free_cpus[g.host] += g.cpus
-            self.free_memory[g.host] += g.memory_gb
+            self._take(g, +1)
         return allocation
+
+    def _take(self, g: Grant, sign: int) -> None:
+        """Give back (``sign`` +1) or take (-1) one grant's GPUs, CPUs and memory."""
+        if g.gpus:
+            gpus = list(g.gpus)
+            self.free[g.host, gpus] = sign > 0
+            np.add.at(self.island_free[g.host], self.tree.gpu_island[g.host, gpus], sign)
+        self.free_cpus[g.host] += sign * g.cpus
+        self.free_memory[g.host] += sign * g.memory_gb
 
     def _check(self, grants: tuple[Grant, ...]) -> None:
         seen: set[tuple[int, int]] = set()

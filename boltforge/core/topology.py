@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
@@ -166,6 +167,14 @@ class TopologyTree:
             island_onehot=onehot,
             host_index={h.name: h.index for h in hosts},
         )
+
+    @cached_property
+    def hosts_of_type(self) -> dict[str, BoolArray]:
+        """For each GPU model, a mask of the hosts that carry it."""
+        types = {p.gpu_type for p in self.pools}
+        pool_type = np.array([p.gpu_type for p in self.pools])
+        host_type = pool_type[self.host_pool] if len(self.hosts) else pool_type[:0]
+        return {t: host_type == t for t in types}
 
     @property
     def total_gpus(self) -> int:
