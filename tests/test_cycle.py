@@ -240,3 +240,45 @@ def test_cycle_is_deterministic_and_never_double_books(world: World, name: str) 
         state.allocate(b.placement.allocation())  # raises on any GPU given twice
     decided = {b.job for b in first.binds} | {w.job for w in first.waiting}
     assert decided == {j.id for j in world.pending}
+
+
+# --- elastic starts and deadlines -------------------------------------------------------------
+
+
+def elastic(name: str, replicas: int, low: int, limit: float | None) -> Job:
+    base = job(name, 8 * replicas, 0.0, limit)
+    return Job(base.id, base.gang, "team", 0.0, time_limit=limit, elastic=(low, replicas))
+
+
+def test_elastic_job_starts_small_when_that_finishes_first() -> None:
+    # 2 of 4 hosts are busy for 10 hours; a 4-host elastic job with a 1-hour runtime starts
+    # on the 2 free hosts now (done in 2 h) rather than waiting 10 h for all 4.
+    world = World(LAB, (Busy("a", (H[0], H[1]), 36_000.0),), (elastic("e", 4, 2, 3600.0),))
+    result = run_cycle(snapshot(world), CONSERVATIVE)
+    (bind,) = result.binds
+    assert bind.replicas == 2 and "elastic start at 2 of 4" in bind.note
+
+
+def test_elastic_job_waits_when_the_full_size_is_near() -> None:
+    # The busy hosts free in 10 minutes: waiting for all 4 finishes before 2 replicas would.
+    world = World(LAB, (Busy("a", (H[0], H[1]), 600.0),), (elastic("e", 4, 2, 3600.0),))
+    result = run_cycle(snapshot(world), CONSERVATIVE)
+    assert result.binds == ()
+    assert result.why("e") is not None
+
+
+def test_rigid_policy_never_starts_an_elastic_job_small() -> None:
+    world = World(LAB, (Busy("a", (H[0], H[1]), 36_000.0),), (elastic("e", 4, 2, 3600.0),))
+    assert run_cycle(snapshot(world), CONSERVATIVE.with_(elastic=False)).binds == ()
+
+
+def test_deadline_outlook_says_late_when_the_fleet_is_busy_past_it() -> None:
+    from boltforge.core.deadlines import deadline_outlook
+
+    world = World(LAB, (Busy("a", tuple(H), 7200.0),))
+    late = Job("d", job("d", 32).gang, "team", 0.0, time_limit=3600.0, deadline=9000.0)
+    outlook = deadline_outlook(snapshot(world).state, late, 0.0)
+    assert outlook.reachable is False and outlook.finish == 10_800.0
+    assert "not reachable" in outlook.message and "30 min late" in outlook.message
+    on_time = Job("d", late.gang, "team", 0.0, time_limit=3600.0, deadline=12_000.0)
+    assert deadline_outlook(snapshot(world).state, on_time, 0.0).reachable is True

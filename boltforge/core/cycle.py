@@ -133,6 +133,8 @@ def _consider_one(p: _Pass, job: Job, position: int, may_reserve: bool) -> None:
         p.failed_shapes[shape] = (WaitReason.NEVER, reasons)
         p.waiting.append(Waiting(job.id, position, WaitReason.NEVER, reasons))
         return
+    if p.policy.elastic and job.elastic and _start_smaller(p, job, position, blocked):  # 5.
+        return
     if may_reserve and _may_reserve(p) and _reserve(p, job, position, reasons):  # 7. reserve
         return
     reason = _classify(p, job, blocked)
@@ -180,12 +182,18 @@ def _place(
 
 
 def _bind(
-    p: _Pass, job: Job, placement: Placement, position: int, replicas: int | None = None
+    p: _Pass,
+    job: Job,
+    placement: Placement,
+    position: int,
+    replicas: int | None = None,
+    note: str = "",
+    runtime: float | None = None,
 ) -> None:
-    runtime = job.expected_runtime()
+    runtime = runtime if runtime is not None else job.expected_runtime()
     end = p.now + runtime if runtime is not None else None
     p.work.allocate(Allocation(job.id, placement.grants, end, job.priority))
-    p.binds.append(Bind(job.id, placement, replicas, position=position))
+    p.binds.append(Bind(job.id, placement, replicas, note=note, position=position))
 
 
 def _may_reserve(p: _Pass) -> bool:
@@ -225,6 +233,47 @@ def _estimate(p: _Pass, job: Job) -> float | None:
     p.estimates_left -= 1
     decision = when_and_where(p.work, job.gang, p.now)
     return decision.start_time if decision.outcome == Outcome.LATER else None
+
+
+def _start_smaller(p: _Pass, job: Job, position: int, blocked: frozenset[int]) -> bool:
+    """Start an elastic job below its requested size when that finishes sooner than waiting.
+
+    Sizes go down from the request to ``elastic[0]`` replicas; the first that fits now is
+    compared with waiting for the full size (when-and-where): with runtime ``T`` at full size
+    ``R``, starting ``r`` replicas now finishes at ``now + T * R / r``, waiting at
+    ``start_full + T``. A job with no runtime estimate starts small.
+    """
+    assert job.elastic is not None
+    full = job.gang.roles[0].replicas
+    for replicas in range(full - 1, max(job.elastic[0], 1) - 1, -1):
+        smaller = _replace_replicas(job.gang, replicas)
+        placement, _, _ = _place(p, smaller, blocked)
+        if placement is None:
+            continue
+        runtime = job.expected_runtime()
+        note = f"elastic start at {replicas} of {full} replicas"
+        if runtime is not None:
+            later = when_and_where(p.work, job.gang, p.now)
+            start_full = later.start_time if later.outcome == Outcome.LATER else None
+            finish_small = p.now + runtime * full / replicas
+            if start_full is not None and start_full + runtime <= finish_small:
+                return False
+            if start_full is not None:
+                note += (
+                    f": finishes at t={finish_small:.0f} instead of "
+                    f"t={start_full + runtime:.0f} waiting for all {full}"
+                )
+        _bind(
+            p,
+            job,
+            placement,
+            position,
+            replicas,
+            note,
+            runtime * full / replicas if runtime is not None else None,
+        )
+        return True
+    return False
 
 
 def _replace_replicas(gang: Gang, replicas: int) -> Gang:
