@@ -282,3 +282,38 @@ def test_deadline_outlook_says_late_when_the_fleet_is_busy_past_it() -> None:
     assert "not reachable" in outlook.message and "30 min late" in outlook.message
     on_time = Job("d", late.gang, "team", 0.0, time_limit=3600.0, deadline=12_000.0)
     assert deadline_outlook(snapshot(world).state, on_time, 0.0).reachable is True
+
+
+# --- quotas and fair share --------------------------------------------------------------------
+
+
+def team_job(name: str, queue: str, gpus: int, submit: float) -> Job:
+    gang = make_gang(name, gpus=gpus, per_node=min(8, gpus))
+    return Job(name, Gang(gang.name, gang.roles, gang.topology, queue, 3), queue, submit)
+
+
+def test_a_queue_over_its_burst_waits_with_the_limit_named() -> None:
+    from boltforge.core.quota import QueueSpec, QuotaTree
+
+    quota = QuotaTree.build([QueueSpec("org/nlp", {"*": 8}, {"*": 16})])
+    pending = (team_job("a", "org/nlp", 16, 0.0), team_job("b", "org/nlp", 8, 1.0))
+    snap = Snapshot(FleetState(LAB), pending, (), 0.0, quota=quota)
+    result = run_cycle(snap, CONSERVATIVE)
+    assert binds(result) == ["a"]
+    assert result.binds[0].borrowed_gpus == 8  # 16 held against a guarantee of 8
+    why = result.why("b")
+    assert why is not None and why.reason == WaitReason.QUOTA
+    assert "burst" in why.detail[0] and "org/nlp" in why.detail[0]
+
+
+def test_a_queue_that_used_more_waits_behind_one_that_used_less() -> None:
+    from boltforge.core.quota import QueueSpec, QuotaTree
+    from boltforge.core.workload import Usage
+
+    quota = QuotaTree.build([QueueSpec("org/nlp"), QueueSpec("org/cv")])
+    usage = Usage({"org/nlp": 9e6, "org": 1e7, "org/cv": 1e6, "": 1e7}, as_of=0.0)
+    pending = (team_job("nlp-1", "org/nlp", 32, 0.0), team_job("cv-1", "org/cv", 32, 5.0))
+    snap = Snapshot(FleetState(LAB), pending, (), 0.0, quota=quota, usage=usage)
+    result = run_cycle(snap, CONSERVATIVE)
+    assert binds(result) == ["cv-1"]
+    assert POLICIES["fifo"].name == "fifo" and binds(run_cycle(snap, POLICIES["fifo"])) == ["nlp-1"]

@@ -29,25 +29,42 @@ from boltforge.core.decisions import (
     Waiting,
     WaitReason,
 )
+from boltforge.core.fairshare import order as fair_order
 from boltforge.core.firstfit import first_fit
 from boltforge.core.gang import Gang
 from boltforge.core.modes import could_ever_fit, place_now, when_and_where
 from boltforge.core.ordering import FairOrder, order_jobs
 from boltforge.core.placement import Outcome
 from boltforge.core.policy import Backfill, Policy
+from boltforge.core.quota import QuotaTree, Verdict, admit
 from boltforge.core.state import Allocation, FleetState
-from boltforge.core.workload import Job, Running
+from boltforge.core.workload import Job, Running, Usage
 
 
 @dataclass(frozen=True)
 class Snapshot:
     """What a cycle sees. ``state`` holds every running job's allocation under its job id,
-    with ``expected_end`` set where the job's runtime is known."""
+    with ``expected_end`` set where the job's runtime is known. ``quota`` is the queue tree
+    (None: no quotas, one flat fair share); ``usage`` the decayed usage per queue."""
 
     state: FleetState
     pending: tuple[Job, ...]
     running: tuple[Running, ...]
     now: float
+    quota: QuotaTree | None = None
+    usage: Usage = field(default_factory=Usage)
+
+    def holdings(self) -> dict[str, dict[str, int]]:
+        """GPUs held per leaf queue and pool by the running jobs."""
+        out: dict[str, dict[str, int]] = {}
+        tree = self.state.tree
+        for r in self.running:
+            pools = out.setdefault(r.job.queue, {})
+            for g in r.allocation.grants:
+                if g.gpus:
+                    name = tree.pool_of(g.host).name
+                    pools[name] = pools.get(name, 0) + len(g.gpus)
+        return out
 
 
 @dataclass
@@ -58,6 +75,8 @@ class _Pass:
     now: float
     work: FleetState
     running: dict[str, Running]
+    quota: QuotaTree | None = None
+    holdings: dict[str, dict[str, int]] = field(default_factory=dict)
     binds: list[Bind] = field(default_factory=list)
     evictions: list[Evict] = field(default_factory=list)
     reservations: list[Reserve] = field(default_factory=list)
@@ -70,14 +89,16 @@ class _Pass:
 
 
 def run_cycle(
-    snap: Snapshot,
-    policy: Policy,
-    fair: FairOrder | None = None,
-    reservations: tuple[Reserve, ...] = (),
+    snap: Snapshot, policy: Policy, reservations: tuple[Reserve, ...] = ()
 ) -> CycleResult:
-    """Decide what to start, reserve and leave waiting (see the module docstring for phases)."""
-    ordered = order_jobs(list(snap.pending), policy, snap.now, fair)  # 1. order
-    p = _Pass(policy, snap.now, snap.state.copy(), {r.job.id: r for r in snap.running})  # 2.
+    """Decide what to start, reserve and leave waiting (see the module docstring for phases).
+
+    ``reservations`` carries promises from an earlier pass that should still hold; a full pass
+    normally starts with none and makes its own.
+    """
+    holdings = snap.holdings()
+    ordered = order_jobs(list(snap.pending), policy, snap.now, _fair(snap, holdings))  # 1.
+    p = _new_pass(snap, policy, holdings)  # 2. snapshot
     p.reservations = list(reservations)
     p.estimates_left = policy.estimate_waits
     for position, job in enumerate(ordered):
@@ -96,13 +117,30 @@ def schedule_arrival(
     """Incremental pass for one arrival: place ``job`` now if it fits without delaying any
     reservation of the last full pass, else leave it waiting with its reason. Jobs already
     pending keep their places; the next full pass re-orders everything."""
-    p = _Pass(policy, snap.now, snap.state.copy(), {r.job.id: r for r in snap.running})
+    p = _new_pass(snap, policy, snap.holdings())
     p.reservations = list(reservations)
     p.estimates_left = 1
     _consider(p, job, len(snap.pending), may_reserve=False)
     return CycleResult(
         binds=tuple(p.binds), waiting=tuple(p.waiting), reservations=tuple(p.reservations)
     )
+
+
+def _new_pass(snap: Snapshot, policy: Policy, holdings: dict[str, dict[str, int]]) -> _Pass:
+    running = {r.job.id: r for r in snap.running}
+    return _Pass(policy, snap.now, snap.state.copy(), running, snap.quota, holdings)
+
+
+def _fair(snap: Snapshot, holdings: dict[str, dict[str, int]]) -> FairOrder:
+    """Hierarchical fair share with DRF over the snapshot's queues (one flat tree if none)."""
+    tree = snap.quota or QuotaTree.build([])
+    fleet = snap.state.tree
+    capacity = (
+        float(fleet.total_gpus),
+        float(fleet.host_cpus.sum()),
+        float(fleet.host_memory.sum()),
+    )
+    return lambda jobs: fair_order(jobs, tree, snap.usage, capacity, snap.now, holdings)
 
 
 def _consider(p: _Pass, job: Job, position: int, may_reserve: bool = True) -> None:
@@ -124,7 +162,11 @@ def _consider_one(p: _Pass, job: Job, position: int, may_reserve: bool) -> None:
         return
     placement, reasons, never = _place(p, job.gang, blocked)  # 3. place
     if placement is not None:
-        _bind(p, job, placement, position)
+        verdict = _admit(p, job, placement)  # 4. admit
+        if not verdict.ok:
+            p.waiting.append(Waiting(job.id, position, WaitReason.QUOTA, (verdict.reason,)))
+            return
+        _bind(p, job, placement, position, borrowed=verdict.borrowed)
         return
     ever = could_ever_fit(p.work.tree, job.gang)
     if ever.outcome == Outcome.NEVER:
@@ -181,6 +223,22 @@ def _place(
         p.work.cordoned = saved
 
 
+def _admit(p: _Pass, job: Job, placement: Placement) -> Verdict:
+    """Check the placement's GPUs per pool against the job's queue's burst limits."""
+    if p.quota is None:
+        return Verdict(True, 0, "")
+    return admit(p.quota, p.holdings, job.queue, _demand(p, placement))
+
+
+def _demand(p: _Pass, placement: Placement) -> dict[str, int]:
+    demand: dict[str, int] = {}
+    for g in placement.grants:
+        if g.gpus:
+            name = p.work.tree.pool_of(g.host).name
+            demand[name] = demand.get(name, 0) + len(g.gpus)
+    return demand
+
+
 def _bind(
     p: _Pass,
     job: Job,
@@ -189,11 +247,15 @@ def _bind(
     replicas: int | None = None,
     note: str = "",
     runtime: float | None = None,
+    borrowed: int = 0,
 ) -> None:
     runtime = runtime if runtime is not None else job.expected_runtime()
     end = p.now + runtime if runtime is not None else None
     p.work.allocate(Allocation(job.id, placement.grants, end, job.priority))
-    p.binds.append(Bind(job.id, placement, replicas, note=note, position=position))
+    held = p.holdings.setdefault(job.queue, {})
+    for pool, gpus in _demand(p, placement).items():
+        held[pool] = held.get(pool, 0) + gpus
+    p.binds.append(Bind(job.id, placement, replicas, borrowed, note, position))
 
 
 def _may_reserve(p: _Pass) -> bool:
@@ -263,15 +325,11 @@ def _start_smaller(p: _Pass, job: Job, position: int, blocked: frozenset[int]) -
                     f": finishes at t={finish_small:.0f} instead of "
                     f"t={start_full + runtime:.0f} waiting for all {full}"
                 )
-        _bind(
-            p,
-            job,
-            placement,
-            position,
-            replicas,
-            note,
-            runtime * full / replicas if runtime is not None else None,
-        )
+        verdict = _admit(p, job, placement)
+        if not verdict.ok:
+            return False
+        scaled = runtime * full / replicas if runtime is not None else None
+        _bind(p, job, placement, position, replicas, note, scaled, verdict.borrowed)
         return True
     return False
 
