@@ -18,6 +18,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -115,7 +116,7 @@ def main() -> None:
         lambda: schedule_arrival(snap, arrival, policy, result.reservations),
         max(args.repeat * 4, 20),
     )
-    out = {
+    out: dict[str, Any] = {
         "fleet": "h100-16k",
         "policy": policy.name,
         "running": len(snap.running),

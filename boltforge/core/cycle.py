@@ -19,6 +19,7 @@ new job against the reservations of the last full pass.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from boltforge.core.answers import Placement
 from boltforge.core.decisions import (
@@ -54,8 +55,13 @@ class Snapshot:
     quota: QuotaTree | None = None
     usage: Usage = field(default_factory=Usage)
 
+    @cached_property
+    def held(self) -> dict[str, dict[str, int]]:
+        """GPUs held per leaf queue and pool by the running jobs (computed once; read-only)."""
+        return self.holdings()
+
     def holdings(self) -> dict[str, dict[str, int]]:
-        """GPUs held per leaf queue and pool by the running jobs."""
+        """GPUs held per leaf queue and pool by the running jobs, as a fresh dict."""
         out: dict[str, dict[str, int]] = {}
         tree = self.state.tree
         for r in self.running:
@@ -117,7 +123,7 @@ def schedule_arrival(
     """Incremental pass for one arrival: place ``job`` now if it fits without delaying any
     reservation of the last full pass, else leave it waiting with its reason. Jobs already
     pending keep their places; the next full pass re-orders everything."""
-    p = _new_pass(snap, policy, snap.holdings())
+    p = _new_pass(snap, policy, {q: dict(pools) for q, pools in snap.held.items()})
     p.reservations = list(reservations)
     p.estimates_left = 1
     _consider(p, job, len(snap.pending), may_reserve=False)
