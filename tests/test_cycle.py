@@ -14,6 +14,7 @@ from boltforge.core.gang import Gang
 from boltforge.core.policy import POLICIES, Backfill, Policy
 from boltforge.core.state import Allocation, FleetState, Grant
 from boltforge.core.topology import TopologyTree
+from boltforge.core.victims import PreemptRules
 from boltforge.core.workload import Job, Running
 from boltforge.testing.builders import make_fleet, make_gang
 
@@ -317,3 +318,66 @@ def test_a_queue_that_used_more_waits_behind_one_that_used_less() -> None:
     result = run_cycle(snap, CONSERVATIVE)
     assert binds(result) == ["cv-1"]
     assert POLICIES["fifo"].name == "fifo" and binds(run_cycle(snap, POLICIES["fifo"])) == ["nlp-1"]
+
+
+# --- preemption -------------------------------------------------------------------------------
+
+
+LAB_PREEMPT = CONSERVATIVE.with_(preempt_rules=PreemptRules(churn_fraction=1.0))
+
+
+def running_job(
+    name: str, hosts: tuple[str, ...], priority: int, started: float, state: FleetState
+) -> Running:
+    grants = tuple(Grant("w", i, LAB.host_index[h], ALL) for i, h in enumerate(hosts))
+    gang = make_gang(name, gpus=8 * len(hosts))
+    j = Job(name, Gang(name, gang.roles, gang.topology, "team", priority), "team", 0.0)
+    state.allocate(Allocation(name, grants, None, priority))
+    return Running(j, state.allocations[name], started, last_checkpoint=started)
+
+
+def test_a_production_job_bumps_batch_work_in_one_rack() -> None:
+    state = FleetState(LAB)
+    running = (
+        running_job("batch-a", (H[0],), 3, 0.0, state),
+        running_job("batch-b", (H[1],), 3, 0.0, state),
+        running_job("batch-c", (H[2],), 3, 0.0, state),
+        running_job("serving", (H[3],), 0, 0.0, state),
+    )
+    urgent = job("train", 16, 5000.0, priority=1)
+    snap = Snapshot(state, (urgent,), running, 5000.0)
+    # On a 32-GPU lab the default churn budget (5% of GPUs per 10 min) allows no preemption.
+    capped = run_cycle(snap, CONSERVATIVE).why("train")
+    assert capped is not None and any("churn budget" in d for d in capped.detail)
+    result = run_cycle(snap, LAB_PREEMPT)
+    assert binds(result) == ["train"]
+    bumped = {e.job for e in result.evictions}
+    assert bumped in ({"batch-a", "batch-b"},), bumped  # one rack: h0 and h1 share rack 0
+    assert all(e.for_job == "train" for e in result.evictions)
+    state_after = state.copy()
+    for e in result.evictions:
+        state_after.release(e.job)
+    state_after.allocate(result.binds[0].placement.allocation())
+
+
+def test_batch_work_never_preempts_and_serving_is_never_bumped() -> None:
+    state = FleetState(LAB)
+    running = tuple(running_job(f"s{i}", (h,), 0, 0.0, state) for i, h in enumerate(H))
+    for priority in (1, 2, 3):
+        result = run_cycle(
+            Snapshot(state, (job("x", 8, 5000.0, priority=priority),), running, 5000.0),
+            LAB_PREEMPT,
+        )
+        assert result.evictions == () and result.binds == ()
+
+
+def test_fresh_jobs_are_protected_by_the_minimum_runtime() -> None:
+    state = FleetState(LAB)
+    running = tuple(running_job(f"b{i}", (h,), 3, 4900.0, state) for i, h in enumerate(H))
+    result = run_cycle(
+        Snapshot(state, (job("x", 8, 5000.0, priority=1),), running, 5000.0), LAB_PREEMPT
+    )
+    assert result.evictions == ()
+    why = result.why("x")
+    assert why is not None
+    assert any("first 10 min" in d for d in why.detail), why.detail

@@ -7,7 +7,8 @@ A full pass runs these phases, one call each::
     # 3. place     each job now, outside hosts reserved for jobs ahead of it (backfill rule)
     # 4. admit     against its queue's guaranteed and burst quota
     # 5. elastic   start smaller when that finishes sooner than waiting for the full size
-    # 6. preempt   free a topology-valid placement at the least lost work
+    # 6. preempt   free a topology-valid placement at the least lost work, when that beats
+    #              waiting; victims are evicted (or shrunk) in the same pass
     # 7. reserve   the first blocked jobs get a when-and-where reservation
     # 8. wait      every other job carries its reason, position and, near the head, an estimate
 
@@ -37,7 +38,14 @@ from boltforge.core.modes import could_ever_fit, place_now, when_and_where
 from boltforge.core.ordering import FairOrder, order_jobs
 from boltforge.core.placement import Outcome
 from boltforge.core.policy import Backfill, Policy
-from boltforge.core.quota import QuotaTree, Verdict, admit
+from boltforge.core.preempt import (
+    NoVictims,
+    Victims,
+    find_victims,
+    preemption_worth_it,
+    release_victims,
+)
+from boltforge.core.quota import QuotaTree, Verdict, admit, reclaimable_for
 from boltforge.core.state import Allocation, FleetState
 from boltforge.core.workload import Job, Running, Usage
 
@@ -54,6 +62,7 @@ class Snapshot:
     now: float
     quota: QuotaTree | None = None
     usage: Usage = field(default_factory=Usage)
+    recent_preemptions: tuple[tuple[float, int], ...] = ()
 
     @cached_property
     def held(self) -> dict[str, dict[str, int]]:
@@ -92,6 +101,9 @@ class _Pass:
     )
     estimates_left: int = 0
     head_blocked: str | None = None
+    recent: list[tuple[float, int]] = field(default_factory=list)
+    preempt_attempts: int = 0
+    evicted: set[str] = field(default_factory=set)
 
 
 def run_cycle(
@@ -134,7 +146,10 @@ def schedule_arrival(
 
 def _new_pass(snap: Snapshot, policy: Policy, holdings: dict[str, dict[str, int]]) -> _Pass:
     running = {r.job.id: r for r in snap.running}
-    return _Pass(policy, snap.now, snap.state.copy(), running, snap.quota, holdings)
+    p = _Pass(policy, snap.now, snap.state.copy(), running, snap.quota, holdings)
+    p.recent = list(snap.recent_preemptions)
+    p.preempt_attempts = policy.preempt_attempts
+    return p
 
 
 def _fair(snap: Snapshot, holdings: dict[str, dict[str, int]]) -> FairOrder:
@@ -183,6 +198,11 @@ def _consider_one(p: _Pass, job: Job, position: int, may_reserve: bool) -> None:
         return
     if p.policy.elastic and job.elastic and _start_smaller(p, job, position, blocked):  # 5.
         return
+    if p.policy.preemption:  # 6. preempt
+        bumped, why_not = _preempt(p, job, position, blocked)
+        if bumped:
+            return
+        reasons = (*reasons, *why_not)
     if may_reserve and _may_reserve(p) and _reserve(p, job, position, reasons):  # 7. reserve
         return
     reason = _classify(p, job, blocked)
@@ -258,10 +278,87 @@ def _bind(
     runtime = runtime if runtime is not None else job.expected_runtime()
     end = p.now + runtime if runtime is not None else None
     p.work.allocate(Allocation(job.id, placement.grants, end, job.priority))
+    _charge(p, job, placement)
+    p.binds.append(Bind(job.id, placement, replicas, borrowed, note, position))
+
+
+def _preempt(
+    p: _Pass, job: Job, position: int, blocked: frozenset[int]
+) -> tuple[bool, tuple[str, ...]]:
+    """Evict or shrink the cheapest victims that free a topology-valid placement, when the
+    work they lose is less than the job's GPU time spent waiting. Returns (started, reasons)."""
+    alive = [r for r in p.running.values() if r.job.id in p.work.allocations]
+    borrowers = frozenset(r.job.id for r in alive if r.borrowed)
+    reclaim = frozenset(r.job.id for r in alive if r.borrowed and _is_owed(p, job, r))
+    if not reclaim and not any(r.job.priority > job.priority for r in alive):
+        return False, ()  # nothing it may bump: no less important class, nothing owed to it
+    if p.preempt_attempts <= 0:
+        return False, ("preemption not tried: this pass's preemption attempts are used up",)
+    p.preempt_attempts -= 1
+    saved = p.work.cordoned.copy()
+    if blocked:
+        p.work.cordoned[list(blocked)] = True
+    try:
+        found = find_victims(
+            p.work, job, alive, p.policy.preempt_rules, p.now, p.recent, reclaim, borrowers
+        )
+    finally:
+        p.work.cordoned = saved
+    if isinstance(found, NoVictims):
+        return False, found.reasons
+    if not found.jobs and not found.shrink:
+        return False, ()
+    later = when_and_where(p.work, job.gang, p.now)
+    wait = later.start_time - p.now if later.start_time is not None else None
+    worth, sentence = preemption_worth_it(found, job, wait)
+    if not worth:
+        return False, (sentence,)
+    verdict = _admit(p, job, found.placement)
+    if not verdict.ok:
+        return False, (verdict.reason,)
+    _evict(p, job, found)
+    note = "; ".join((sentence, *found.explanation))
+    p.binds.append(Bind(job.id, found.placement, None, verdict.borrowed, note, position))
+    _charge(p, job, found.placement)
+    return True, ()
+
+
+def _is_owed(p: _Pass, job: Job, victim: Running) -> bool:
+    """Whether ``job``'s queue is owed capacity that ``victim`` (borrowing) may be holding."""
+    if p.quota is None or victim.job.queue == job.queue:
+        return False
+    pools = {p.work.tree.pool_of(g.host).name for g in victim.allocation.grants if g.gpus}
+    return any(reclaimable_for(p.quota, p.holdings, job.queue, pool) > 0 for pool in pools)
+
+
+def _evict(p: _Pass, job: Job, found: Victims) -> None:
+    """Apply the victims to the pass's state and record the evictions, charging the budget."""
+    p.work = release_victims(p.work, found)
+    runtime = job.expected_runtime()
+    end = p.now + runtime if runtime is not None else None
+    p.work.allocate(Allocation(job.id, found.placement.grants, end, job.priority))
+    for victim in (*found.jobs, *found.shrink):
+        run = p.running[victim]
+        freed = run.allocation.grants if victim in found.jobs else found.dropped.get(victim, ())
+        gpus = sum(len(g.gpus) for g in freed)
+        lost = (
+            run.lost_gpu_seconds(p.now)
+            if victim in found.jobs
+            else (gpus * run.job.restart_overhead)
+        )
+        p.recent.append((p.now, gpus))
+        p.evictions.append(Evict(victim, job.id, lost, found.shrink.get(victim)))
+        held = p.holdings.get(run.job.queue, {})
+        for g in freed:
+            if g.gpus:
+                name = p.work.tree.pool_of(g.host).name
+                held[name] = held.get(name, 0) - len(g.gpus)
+
+
+def _charge(p: _Pass, job: Job, placement: Placement) -> None:
     held = p.holdings.setdefault(job.queue, {})
     for pool, gpus in _demand(p, placement).items():
         held[pool] = held.get(pool, 0) + gpus
-    p.binds.append(Bind(job.id, placement, replicas, borrowed, note, position))
 
 
 def _may_reserve(p: _Pass) -> bool:

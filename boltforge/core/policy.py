@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
+
+from boltforge.core.victims import PreemptRules
 
 
 class Ordering(StrEnum):
@@ -29,7 +31,8 @@ class Policy:
 
     ``strict_order``: once a job cannot start, every job behind it waits (head-of-line
     blocking, as in plain FIFO). ``reservations`` bounds conservative backfill's depth;
-    ``estimate_waits`` how many waiting jobs per pass get a when-and-where start estimate.
+    ``estimate_waits`` how many waiting jobs per pass get a when-and-where start estimate;
+    ``preempt_attempts`` how many jobs per pass may search for victims.
     Tiresias parameters: ``las_thresholds`` (GPU-seconds of attained service splitting the
     discrete queues) and ``starvation_s`` (a job waiting this long is promoted to the top queue).
     """
@@ -49,6 +52,8 @@ class Policy:
     estimate_waits: int = 32
     las_thresholds: tuple[float, ...] = (3600.0 * 8, 3600.0 * 8 * 24)
     starvation_s: float = 3 * 86400.0
+    preempt_rules: PreemptRules = field(default_factory=PreemptRules)
+    preempt_attempts: int = 8
 
     def with_(self, **changes: object) -> Policy:
         return replace(self, **changes)  # type: ignore[arg-type]
