@@ -50,7 +50,7 @@ def replay(jobs: list[Job], policy_name: str, horizon: int = 400) -> dict[str, f
             started[job.id] = now
         if len(started) == len(jobs) and not pending:
             return started
-        events = [a.expected_end for a in state.allocations.values() if a.expected_end]
+        events = [e for a in state.allocations.values() if (e := a.expected_end) is not None]
         events += [j.submit_time for j in jobs if j.submit_time > now]
         now = min(e for e in events if e > now) if any(e > now for e in events) else now + 1
         for job_id, run in list(running.items()):
