@@ -50,15 +50,21 @@ def replay(jobs: list[Job], policy_name: str, horizon: int = 400) -> dict[str, f
             started[job.id] = now
         if len(started) == len(jobs) and not pending:
             return started
-        events = [e for a in state.allocations.values() if (e := a.expected_end) is not None]
-        events += [j.submit_time for j in jobs if j.submit_time > now]
-        now = min(e for e in events if e > now) if any(e > now for e in events) else now + 1
+        now = next_event(state, jobs, now)
         for job_id, run in list(running.items()):
             end = run.expected_end()
             if end is not None and end <= now:
                 state.release(job_id)
                 del running[job_id]
     raise AssertionError(f"not every job started within {horizon} events: {len(started)}")
+
+
+def next_event(state: FleetState, jobs: list[Job], now: float) -> float:
+    """The next exit or arrival after ``now`` (or one second on when none is known)."""
+    ends = [a.expected_end for a in state.allocations.values()]
+    later = [t for t in ends if t is not None and t > now]
+    later += [j.submit_time for j in jobs if j.submit_time > now]
+    return min(later) if later else now + 1
 
 
 JOBS = st.lists(
