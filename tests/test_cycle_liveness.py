@@ -52,8 +52,8 @@ def replay(jobs: list[Job], policy_name: str, horizon: int = 400) -> dict[str, f
             return started
         now = next_event(state, jobs, now)
         for job_id, run in list(running.items()):
-            end = run.expected_end()
-            if end is not None and end <= now:
+            finish = run.expected_end()
+            if finish is not None and finish <= now:
                 state.release(job_id)
                 del running[job_id]
     raise AssertionError(f"not every job started within {horizon} events: {len(started)}")
