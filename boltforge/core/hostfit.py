@@ -21,12 +21,15 @@ class HostFit:
     ``slots[h]``: how many replicas host ``h`` can take (0 where ineligible or cordoned).
     ``intra[h, k]``: ring cost inside host ``h`` when it takes ``k`` replicas (NVLink hops inside
     islands, host hops between them); ``inf`` beyond ``slots[h]``.
-    ``free[h]``: free GPUs on the host, for best-fit tie-breaking.
+    ``free[h]``: free GPUs on the host, and ``rack_free`` / ``pod_free`` per rack and pod, for
+    best-fit tie-breaking.
     """
 
     slots: IntArray
     intra: FloatArray
     free: IntArray
+    rack_free: IntArray
+    pod_free: IntArray
 
 
 def eligible_hosts(state: FleetState, role: Role) -> BoolArray:
@@ -49,11 +52,11 @@ def host_fit(
     must stay inside one NVLink island.
     """
     island_free = state.free_per_island()
-    free = island_free.sum(axis=1)
+    free = state.host_free
     slots = np.full(free.shape, _UNBOUNDED, dtype=np.int64)
     g, t = role.gpus, role.tensor_parallel
     if g > 0 and island_only:
-        slots = island_free.max(axis=1, initial=0) // g
+        slots = state.island_max // g
     elif g > 0:
         slots = (island_free // t).sum(axis=1) // (g // t) if t > 1 else free // g
     if role.cpus > 0:
@@ -62,11 +65,13 @@ def host_fit(
         by_mem = np.floor(state.free_memory / role.memory_gb + 1e-9).astype(np.int64)
         slots = np.minimum(slots, by_mem)
     slots = np.where(eligible & ~state.cordoned, np.minimum(slots, limit), 0)
-    intra = _intra_costs(island_free, slots, g, state.tree.weights)
-    return HostFit(slots=slots, intra=intra, free=free)
+    intra = _intra_costs(island_free, state.island_max, slots, g, state.tree.weights)
+    return HostFit(slots, intra, free, state.rack_free, state.pod_free)
 
 
-def _intra_costs(island_free: IntArray, slots: IntArray, g: int, w: CrossingWeights) -> FloatArray:
+def _intra_costs(
+    island_free: IntArray, island_max: IntArray, slots: IntArray, g: int, w: CrossingWeights
+) -> FloatArray:
     """Ring cost inside each host for k = 0..max(slots) replicas, packing into fewest islands."""
     kmax = int(slots.max()) if slots.size else 0
     ks = np.arange(kmax + 1)
@@ -76,13 +81,14 @@ def _intra_costs(island_free: IntArray, slots: IntArray, g: int, w: CrossingWeig
         need = ks * g  # (K,)
         islands = np.ones((slots.size, kmax + 1), dtype=np.int64)
         # Only hosts whose largest free island cannot hold all they may take need sorting.
-        spill = np.flatnonzero(slots * g > island_free.max(axis=1, initial=0))
+        spill = np.flatnonzero(slots * g > island_max)
         if spill.size:
             covered = np.cumsum(-np.sort(-island_free[spill], axis=1), axis=1)  # (s, I)
             islands[spill] = (covered[:, None, :] < need[None, :, None]).sum(axis=2) + 1
         cost = ((need[None, :] - islands) * w.nvlink + (islands - 1) * w.host).astype(np.float64)
         cost[:, 0] = 0.0
-    cost[ks[None, :] > slots[:, None]] = np.inf
+    for k in range(1, kmax + 1):  # a column at a time: cheaper than a 2-D boolean mask
+        cost[slots < k, k] = np.inf
     return cost
 
 

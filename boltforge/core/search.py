@@ -246,9 +246,8 @@ def candidates(
     then in its pod, so whole empty racks and pods stay whole.
     """
     R = search.replicas
-    rack_free = np.append(fit.free, 0)[tree.rack_hosts].sum(axis=1)
-    pod_free = np.append(rack_free, 0)[tree.pod_racks].sum(axis=1)
-    out = host_candidates(tree, fit, R, gpus, rack_free, pod_free)
+    pod_free = fit.pod_free
+    out = host_candidates(tree, fit, R, gpus)
     if cap >= Level.RACK:
         out += _best(
             search.rack_cost[:, R],
@@ -270,22 +269,13 @@ def candidates(
     return _distinct(out)
 
 
-def host_candidates(
-    tree: TopologyTree,
-    fit: HostFit,
-    replicas: int,
-    gpus: int,
-    rack_free: IntArray | None = None,
-    pod_free: IntArray | None = None,
-) -> list[Candidate]:
+def host_candidates(tree: TopologyTree, fit: HostFit, replicas: int, gpus: int) -> list[Candidate]:
     """The three best single hosts for all ``replicas``: cheapest inside, then tightest fit
     (fewest free GPUs left on the host, then in its rack, then in its pod)."""
     single = np.flatnonzero(fit.slots >= replicas)
     if not single.size:
         return []
-    if rack_free is None or pod_free is None:
-        rack_free = np.append(fit.free, 0)[tree.rack_hosts].sum(axis=1)
-        pod_free = np.append(rack_free, 0)[tree.pod_racks].sum(axis=1)
+    rack_free, pod_free = fit.rack_free, fit.pod_free
     k = min(replicas, fit.intra.shape[1] - 1)
     vals = fit.intra[single, k] + TIE_BREAK * np.maximum(fit.free[single] - replicas * gpus, 0)
     if single.size > 3:  # only hosts as cheap as the third best can rank in the top three

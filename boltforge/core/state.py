@@ -41,7 +41,9 @@ class FleetState:
     ``free[h, g]`` says whether GPU ``g`` of host ``h`` is free. ``allocate`` and ``release``
     keep the arrays and the allocation table consistent; ``copy`` is cheap, so what-if questions
     work on a copy and leave the original untouched. ``island_free[h, i]`` (free GPUs per NVLink
-    island) is kept in step by ``allocate`` and ``release``; change ``free`` only through them.
+    island) is kept in step by ``allocate`` and ``release``, and so are ``host_free``,
+    ``island_max`` (largest free island per host), ``rack_free`` and ``pod_free``; change
+    ``free`` only through them.
     """
 
     __slots__ = (
@@ -50,7 +52,11 @@ class FleetState:
         "free",
         "free_cpus",
         "free_memory",
+        "host_free",
         "island_free",
+        "island_max",
+        "pod_free",
+        "rack_free",
         "tree",
     )
 
@@ -62,6 +68,14 @@ class FleetState:
         self.cordoned: BoolArray = np.zeros(len(tree.hosts), dtype=np.bool_)
         self.allocations: dict[str, Allocation] = {}
         self.island_free: IntArray = tree.island_onehot.sum(axis=1).astype(np.int64)
+        self.host_free: IntArray = tree.host_gpus.copy()
+        self.island_max: IntArray = self.island_free.max(axis=1, initial=0)
+        self.rack_free: IntArray = np.bincount(
+            tree.host_rack, weights=tree.host_gpus, minlength=len(tree.rack_names)
+        ).astype(np.int64)
+        self.pod_free: IntArray = np.bincount(
+            tree.host_pod, weights=tree.host_gpus, minlength=len(tree.pod_names)
+        ).astype(np.int64)
 
     def copy(self) -> FleetState:
         other = FleetState.__new__(FleetState)
@@ -72,11 +86,15 @@ class FleetState:
         other.cordoned = self.cordoned.copy()
         other.allocations = dict(self.allocations)
         other.island_free = self.island_free.copy()
+        other.host_free = self.host_free.copy()
+        other.island_max = self.island_max.copy()
+        other.rack_free = self.rack_free.copy()
+        other.pod_free = self.pod_free.copy()
         return other
 
     def free_gpus_per_host(self) -> IntArray:
-        out: IntArray = self.free.sum(axis=1).astype(np.int64)
-        return out
+        """Free GPUs per host (read-only view of the state)."""
+        return self.host_free
 
     def free_per_island(self) -> IntArray:
         """``[h, i]``: free GPUs in island ``i`` of host ``h`` (read-only view of the state)."""
@@ -106,8 +124,14 @@ class FleetState:
         """Give back (``sign`` +1) or take (-1) one grant's GPUs, CPUs and memory."""
         if g.gpus:
             gpus = list(g.gpus)
-            self.free[g.host, gpus] = sign > 0
-            np.add.at(self.island_free[g.host], self.tree.gpu_island[g.host, gpus], sign)
+            h, n = g.host, sign * len(gpus)
+            self.free[h, gpus] = sign > 0
+            row = self.island_free[h]
+            np.add.at(row, self.tree.gpu_island[h, gpus], sign)
+            self.island_max[h] = row.max()
+            self.host_free[h] += n
+            self.rack_free[self.tree.host_rack[h]] += n
+            self.pod_free[self.tree.host_pod[h]] += n
         self.free_cpus[g.host] += sign * g.cpus
         self.free_memory[g.host] += sign * g.memory_gb
 
