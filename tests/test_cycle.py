@@ -381,3 +381,18 @@ def test_fresh_jobs_are_protected_by_the_minimum_runtime() -> None:
     why = result.why("x")
     assert why is not None
     assert any("first 10 min" in d for d in why.detail), why.detail
+
+
+def test_an_idle_fleet_grows_a_running_elastic_job() -> None:
+    state = FleetState(LAB)
+    grown = elastic("e", 4, 2, 36_000.0)
+    grants = tuple(Grant("worker", i, LAB.host_index[h], ALL) for i, h in enumerate(H[:2]))
+    state.allocate(Allocation("e", grants, 36_000.0))
+    running = (Running(grown, state.allocations["e"], 0.0),)
+    result = run_cycle(Snapshot(state, (), running, 100.0), CONSERVATIVE)
+    (resize,) = result.resizes
+    assert resize.job == "e" and resize.replicas == 4 and "grow 2->4" in resize.note
+    state.copy().allocate(Allocation("e+grow", resize.added.grants))  # on free GPUs only
+    waiting = (job("w", 24, limit=600.0),)  # needs 3 hosts: waits, so nothing grows
+    busy = run_cycle(Snapshot(state, waiting, running, 100.0), CONSERVATIVE)
+    assert busy.resizes == () and busy.why("w") is not None

@@ -11,6 +11,7 @@ A full pass runs these phases, one call each::
     #              waiting; victims are evicted (or shrunk) in the same pass
     # 7. reserve   the first blocked jobs get a when-and-where reservation
     # 8. wait      every other job carries its reason, position and, near the head, an estimate
+    # 9. grow      running elastic jobs take what no waiting job can use, when that pays
 
 The same inputs always give the same decisions: nothing here reads a clock or draws a random
 number, and every tie is broken by job id. ``schedule_arrival`` is the incremental pass for one
@@ -28,9 +29,11 @@ from boltforge.core.decisions import (
     CycleResult,
     Evict,
     Reserve,
+    Resize,
     Waiting,
     WaitReason,
 )
+from boltforge.core.elastic import grow, growth_id
 from boltforge.core.fairshare import order as fair_order
 from boltforge.core.firstfit import first_fit
 from boltforge.core.gang import Gang
@@ -121,9 +124,11 @@ def run_cycle(
     p.estimates_left = policy.estimate_waits
     for position, job in enumerate(ordered):
         _consider(p, job, position)  # 3-8, one job at a time
+    resizes = _grow(p)  # 9. grow elastic jobs into what nobody waiting can use
     return CycleResult(
         binds=tuple(p.binds),
         evictions=tuple(p.evictions),
+        resizes=tuple(resizes),
         reservations=tuple(p.reservations),
         waiting=tuple(p.waiting),
     )
@@ -359,6 +364,20 @@ def _charge(p: _Pass, job: Job, placement: Placement) -> None:
     held = p.holdings.setdefault(job.queue, {})
     for pool, gpus in _demand(p, placement).items():
         held[pool] = held.get(pool, 0) + gpus
+
+
+def _grow(p: _Pass) -> list[Resize]:
+    """Grow running elastic jobs (``core/elastic.py``) when no job is left waiting; each
+    growth is admitted against its queue's quota and charged like a bind."""
+    kept = []
+    for resize in grow(p.work, tuple(p.running.values()), p.policy, p.now, len(p.waiting)):
+        job = p.running[resize.job].job
+        if not _admit(p, job, resize.added).ok:
+            continue
+        p.work.allocate(Allocation(growth_id(resize.job), resize.added.grants))
+        _charge(p, job, resize.added)
+        kept.append(resize)
+    return kept
 
 
 def _may_reserve(p: _Pass) -> bool:
