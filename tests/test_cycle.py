@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from boltforge.core.cycle import Snapshot, run_cycle, schedule_arrival
 from boltforge.core.decisions import CycleResult, WaitReason
 from boltforge.core.gang import Gang
+from boltforge.core.levels import Level
 from boltforge.core.policy import POLICIES, Backfill, Policy
 from boltforge.core.state import Allocation, FleetState, Grant
 from boltforge.core.topology import TopologyTree
@@ -396,3 +397,27 @@ def test_an_idle_fleet_grows_a_running_elastic_job() -> None:
     waiting = (job("w", 24, limit=600.0),)  # needs 3 hosts: waits, so nothing grows
     busy = run_cycle(Snapshot(state, waiting, running, 100.0), CONSERVATIVE)
     assert busy.resizes == () and busy.why("w") is not None
+
+
+# --- lookahead --------------------------------------------------------------------------------
+
+
+def test_lookahead_keeps_the_first_job_from_stranding_the_second() -> None:
+    # Rack r0 has two half-free hosts whose free GPUs sit off each other's rails, rack r1 is
+    # empty. Job 1 (two 4-GPU replicas) is cheapest in r1, but then job 2 (four whole hosts in
+    # one rack) has nowhere to go. Lookahead puts job 1 in r0 so both start in this pass.
+    fleet = make_fleet(racks=2, hosts=4)
+    state = FleetState(fleet)
+    held = {
+        "h100-p0-r0-h0": (4, 5, 6, 7),
+        "h100-p0-r0-h1": (0, 1, 2, 3),
+        "h100-p0-r0-h2": ALL,
+        "h100-p0-r0-h3": ALL,
+    }
+    for i, (host, gpus) in enumerate(held.items()):
+        state.allocate(Allocation(f"busy-{i}", (Grant("w", 0, fleet.host_index[host], gpus),)))
+    first = Job("job-1", make_gang("job-1", gpus=8, per_node=4), "team", 0.0)
+    second = Job("job-2", make_gang("job-2", gpus=32, required=Level.RACK), "team", 1.0)
+    snap = Snapshot(state, (first, second), (), 0.0)
+    assert binds(run_cycle(snap, POLICIES["slurm-like"].with_(topology_aware=True))) == ["job-1"]
+    assert binds(run_cycle(snap, CONSERVATIVE)) == ["job-1", "job-2"]

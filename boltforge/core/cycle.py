@@ -4,7 +4,8 @@ A full pass runs these phases, one call each::
 
     # 1. order     pending jobs by the policy's rule (fair share, FIFO, priority, LAS)
     # 2. snapshot  a scratch copy of the fleet state that the pass fills in
-    # 3. place     each job now, outside hosts reserved for jobs ahead of it (backfill rule)
+    # 3. place     each job now, outside hosts reserved for jobs ahead of it (backfill rule);
+    #              near the head of the queue, lookahead keeps it from stranding the next jobs
     # 4. admit     against its queue's guaranteed and burst quota
     # 5. elastic   start smaller when that finishes sooner than waiting for the full size
     # 6. preempt   free a topology-valid placement at the least lost work, when that beats
@@ -37,6 +38,7 @@ from boltforge.core.elastic import grow, growth_id
 from boltforge.core.fairshare import order as fair_order
 from boltforge.core.firstfit import first_fit
 from boltforge.core.gang import Gang
+from boltforge.core.lookahead import place_with_lookahead
 from boltforge.core.modes import could_ever_fit, place_now, when_and_where
 from boltforge.core.ordering import FairOrder, order_jobs
 from boltforge.core.placement import Outcome
@@ -51,6 +53,10 @@ from boltforge.core.preempt import (
 from boltforge.core.quota import QuotaTree, Verdict, admit, reclaimable_for
 from boltforge.core.state import Allocation, FleetState
 from boltforge.core.workload import Job, Running, Usage
+
+# Lookahead window: how many jobs behind the one being placed it checks (policy.lookahead
+# bounds how far down the queue lookahead runs at all).
+WINDOW = 4
 
 
 @dataclass(frozen=True)
@@ -123,7 +129,8 @@ def run_cycle(
     p.reservations = list(reservations)
     p.estimates_left = policy.estimate_waits
     for position, job in enumerate(ordered):
-        _consider(p, job, position)  # 3-8, one job at a time
+        upcoming = tuple(j.gang for j in ordered[position + 1 : policy.lookahead][:WINDOW])
+        _consider(p, job, position, upcoming=upcoming)  # 3-8, one job at a time
     resizes = _grow(p)  # 9. grow elastic jobs into what nobody waiting can use
     return CycleResult(
         binds=tuple(p.binds),
@@ -169,24 +176,32 @@ def _fair(snap: Snapshot, holdings: dict[str, dict[str, int]]) -> FairOrder:
     return lambda jobs: fair_order(jobs, tree, snap.usage, capacity, snap.now, holdings)
 
 
-def _consider(p: _Pass, job: Job, position: int, may_reserve: bool = True) -> None:
+def _consider(
+    p: _Pass,
+    job: Job,
+    position: int,
+    may_reserve: bool = True,
+    upcoming: tuple[Gang, ...] = (),
+) -> None:
     if p.head_blocked is not None:
         detail = (f"strict order: waits behind {p.head_blocked}",)
         p.waiting.append(Waiting(job.id, position, WaitReason.BEHIND, detail))
         return
-    _consider_one(p, job, position, may_reserve)
+    _consider_one(p, job, position, may_reserve, upcoming)
     if p.policy.strict_order and p.waiting and p.waiting[-1].job == job.id:
         p.head_blocked = job.id
 
 
-def _consider_one(p: _Pass, job: Job, position: int, may_reserve: bool) -> None:
+def _consider_one(
+    p: _Pass, job: Job, position: int, may_reserve: bool, upcoming: tuple[Gang, ...]
+) -> None:
     blocked = _blocked_hosts(p, job)
     shape = _shape(job.gang, blocked)
     if shape in p.failed_shapes:
         reason, detail = p.failed_shapes[shape]
         p.waiting.append(Waiting(job.id, position, reason, detail, None))
         return
-    placement, reasons, never = _place(p, job.gang, blocked)  # 3. place
+    placement, reasons, never = _place(p, job.gang, blocked, upcoming)  # 3. place
     if placement is not None:
         verdict = _admit(p, job, placement)  # 4. admit
         if not verdict.ok:
@@ -237,9 +252,13 @@ def _shape(gang: Gang, blocked: frozenset[int]) -> tuple[object, ...]:
 
 
 def _place(
-    p: _Pass, gang: Gang, blocked: frozenset[int]
+    p: _Pass, gang: Gang, blocked: frozenset[int], upcoming: tuple[Gang, ...] = ()
 ) -> tuple[Placement | None, tuple[str, ...], bool]:
-    """Place on the pass's state with ``blocked`` hosts fenced off; (placement, reasons, never)."""
+    """Place on the pass's state with ``blocked`` hosts fenced off; (placement, reasons, never).
+
+    With ``upcoming`` gangs (the next jobs in line, near the head of the queue) the engine's
+    choice is checked by lookahead and moved when it would strand one of them.
+    """
     saved = p.work.cordoned.copy()
     if blocked:
         p.work.cordoned[list(blocked)] = True
@@ -247,7 +266,12 @@ def _place(
         if p.policy.topology_aware:
             decision = place_now(p.work, gang)
             never = decision.outcome == Outcome.NEVER
-            return decision.placement, decision.reasons, never
+            placement = decision.placement
+            if placement is not None and upcoming:
+                placement = place_with_lookahead(
+                    p.work, gang, upcoming, len(upcoming), engine=placement
+                )
+            return placement, decision.reasons, never
         placed = first_fit(p.work, gang)
         return placed, () if placed else ("first-fit found no hosts with room",), False
     finally:
