@@ -248,7 +248,7 @@ def _shape(gang: Gang, blocked: frozenset[int]) -> tuple[object, ...]:
         (r.replicas, r.gpus, r.tensor_parallel, r.capability, r.cpus, r.memory_gb)
         for r in gang.roles
     )
-    return (roles, gang.topology, blocked)
+    return (roles, gang.topology, gang.priority, blocked)  # class: what it may preempt
 
 
 def _place(
