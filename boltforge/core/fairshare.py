@@ -154,12 +154,14 @@ def order(
     if len({j.id for j in pending}) < len(pending):
         raise ValueError("job ids must be unique to order jobs")
     factors: dict[str, float] = {}
+    held: dict[str, int] = {}
 
     def key(job: Job) -> OrderKey:
         if job.queue not in factors:
             factors[job.queue] = fair_share_factor(tree, usage, job.queue, capacity[0], half_life_s)
+            held[job.queue] = sum(held_by(holdings, job.queue).values())
         _, cpus, memory = job_resources(job)
-        queue_gpus = sum(held_by(holdings, job.queue).values())
+        queue_gpus = held[job.queue]
         dominant = dominant_share((queue_gpus, cpus, memory), capacity)
         return order_key(job, factors[job.queue], dominant, now)
 

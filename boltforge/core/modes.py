@@ -51,8 +51,7 @@ def when_and_where(state: FleetState, gang: Gang, now: float) -> Decision:
     while lo < hi:
         mid = (lo + hi) // 2
         trial = state.copy()
-        for a in ending[: mid + 1]:
-            trial.release(a.job)
+        trial.release_many([a.job for a in ending[: mid + 1]])
         placement, _ = place_gang(trial, gang)
         if placement is not None:
             found, hi = (mid, placement), mid

@@ -11,7 +11,8 @@ from boltforge.core.answers import Alternative, RolePlan
 from boltforge.core.gang import Role
 from boltforge.core.hostfit import HostFit, host_fit, select_gpus
 from boltforge.core.levels import Level
-from boltforge.core.search import Candidate, candidates, host_candidates, run
+from boltforge.core.search import Candidate, candidates, run
+from boltforge.core.single import plan_single
 from boltforge.core.state import FleetState, Grant
 from boltforge.core.topology import BoolArray, TopologyTree
 
@@ -58,15 +59,14 @@ def _by_gpu_type(tree: TopologyTree, eligible: BoolArray, role: Role) -> dict[st
 def _plan_on(
     state: FleetState, role: Role, eligible: BoolArray, cap: Level, gpu_type: str
 ) -> RolePlan | None:
+    if role.replicas == 1:
+        return plan_single(state, role, eligible, cap, gpu_type)  # one host, no search
     tree = state.tree
     fit = host_fit(state, role, eligible, role.replicas, island_only=cap == Level.ISLAND)
     if int(fit.slots.sum()) < role.replicas:
         return None
-    if role.replicas == 1:
-        found = host_candidates(tree, fit, 1, role.gpus)  # one replica: one host, no search
-    else:
-        search = run(tree, fit, role.replicas, role.gpus, cap)
-        found = candidates(tree, fit, search, role.gpus, cap)
+    search = run(tree, fit, role.replicas, role.gpus, cap)
+    found = candidates(tree, fit, search, role.gpus, cap)
     if not found:
         return None
     # Exact costs never fall below the search's estimates, so stop once the next estimate

@@ -120,6 +120,25 @@ class FleetState:
             self._take(g, +1)
         return allocation
 
+    def release_many(self, jobs: list[str]) -> None:
+        """Release several jobs at once (vectorized); raise KeyError if one holds nothing."""
+        allocations = [self.allocations.pop(job) for job in jobs]
+        grants = [g for a in allocations for g in a.grants]
+        hosts = np.array([g.host for g in grants for _ in g.gpus], dtype=np.int64)
+        gpus = np.array([gpu for g in grants for gpu in g.gpus], dtype=np.int64)
+        if hosts.size:
+            tree = self.tree
+            self.free[hosts, gpus] = True
+            np.add.at(self.island_free, (hosts, tree.gpu_island[hosts, gpus]), 1)
+            touched = np.unique(hosts)
+            self.island_max[touched] = self.island_free[touched].max(axis=1)
+            self.host_free += np.bincount(hosts, minlength=len(self.host_free))
+            self.rack_free += np.bincount(tree.host_rack[hosts], minlength=len(self.rack_free))
+            self.pod_free += np.bincount(tree.host_pod[hosts], minlength=len(self.pod_free))
+        for g in grants:
+            self.free_cpus[g.host] += g.cpus
+            self.free_memory[g.host] += g.memory_gb
+
     def _take(self, g: Grant, sign: int) -> None:
         """Give back (``sign`` +1) or take (-1) one grant's GPUs, CPUs and memory."""
         if g.gpus:

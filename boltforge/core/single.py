@@ -1,0 +1,88 @@
+"""The fast path for a role of one replica: the cheapest, tightest single host, no search."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from boltforge.core import cost as costs
+from boltforge.core.answers import Alternative, RolePlan
+from boltforge.core.gang import Role
+from boltforge.core.hostfit import select_gpus
+from boltforge.core.levels import Level
+from boltforge.core.state import FleetState, Grant
+from boltforge.core.topology import BoolArray, FloatArray, IntArray
+
+_EPS = 1e-9
+
+
+def plan_single(
+    state: FleetState, role: Role, eligible: BoolArray, cap: Level, gpu_type: str
+) -> RolePlan | None:
+    """Place one replica of ``role`` on the best host among ``eligible`` (None: none has room).
+
+    Same answer as the general search for one replica, computed on whole columns at once: the
+    host with the cheapest ring inside it, then the fewest GPUs left free on it, then in its
+    rack, then in its pod (best fit keeps empty hosts, racks and pods whole). With ``cap ==
+    ISLAND`` only a single NVLink island may hold it. The two runners-up are the alternatives.
+    """
+    hosts = _hosts_with_room(state, role, eligible, cap == Level.ISLAND)
+    if hosts.size == 0:
+        return None
+    inner = _inner_cost(state, hosts, role.gpus)
+    left = state.host_free[hosts] - role.gpus
+    tree = state.tree
+    keys = (
+        state.pod_free[tree.host_pod[hosts]],
+        state.rack_free[tree.host_rack[hosts]],
+        left,
+        inner,
+    )
+    best = np.lexsort(keys)[:3]
+    host = int(hosts[best[0]])
+    row = state.free[host].copy()
+    (gpus,) = select_gpus(row, tree.gpu_island[host], 1, role)
+    grants = [Grant(role.name, 0, host, gpus, role.cpus, role.memory_gb)]
+    alternatives = tuple(
+        Alternative(Level.HOST, tree.hosts[int(hosts[i])].name, float(inner[i]), 1)
+        for i in best[1:]
+    )
+    level = Level.ISLAND if cap == Level.ISLAND else Level.HOST
+    return RolePlan(
+        role.name,
+        level,
+        tree.hosts[host].name,
+        tuple(grants),
+        costs.role_cost(tree, grants),
+        alternatives,
+        gpu_type,
+    )
+
+
+def _hosts_with_room(state: FleetState, role: Role, eligible: BoolArray, island: bool) -> IntArray:
+    g, t = role.gpus, role.tensor_parallel
+    if island:
+        ok = state.island_max >= g
+    elif t > 1:
+        ok = (state.island_free // t).sum(axis=1) >= g // t
+    else:
+        ok = state.host_free >= g
+    ok &= eligible & ~state.cordoned
+    if role.cpus > 0:
+        ok &= state.free_cpus >= role.cpus * (1 - _EPS)
+    if role.memory_gb > 0:
+        ok &= state.free_memory >= role.memory_gb * (1 - _EPS)
+    return np.flatnonzero(ok)
+
+
+def _inner_cost(state: FleetState, hosts: IntArray, g: int) -> FloatArray:
+    """Ring cost inside each host for one replica of ``g`` GPUs, packed into fewest islands."""
+    if g == 0:
+        return np.zeros(hosts.size)
+    islands = np.ones(hosts.size, dtype=np.int64)
+    spill = np.flatnonzero(state.island_max[hosts] < g)
+    if spill.size:
+        covered = np.cumsum(-np.sort(-state.island_free[hosts[spill]], axis=1), axis=1)
+        islands[spill] = (covered < g).sum(axis=1) + 1
+    w = state.tree.weights
+    out: FloatArray = ((g - islands) * w.nvlink + (islands - 1) * w.host).astype(np.float64)
+    return out
