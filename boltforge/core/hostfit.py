@@ -33,7 +33,21 @@ class HostFit:
 
 
 def eligible_hosts(state: FleetState, role: Role) -> BoolArray:
-    """Hosts whose pool satisfies the role's capability (ignoring what is free)."""
+    """Hosts whose pool satisfies the role's capability (ignoring what is free).
+
+    The answer depends only on the fleet's pools, so it is remembered per fleet; callers get a
+    fresh array they may change.
+    """
+    tree = state.tree
+    key = (role.capability, role.gpus, role.tensor_parallel)
+    cached = tree.eligible_cache.get(key)
+    if cached is None:
+        cached = _eligible(state, role)
+        tree.eligible_cache[key] = cached
+    return cached.copy()
+
+
+def _eligible(state: FleetState, role: Role) -> BoolArray:
     tree = state.tree
     ok_pools = np.array([role.capability.accepts(p, role.gpus > 0) for p in tree.pools])
     if role.gpus > 0:

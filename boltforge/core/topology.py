@@ -169,6 +169,11 @@ class TopologyTree:
         )
 
     @cached_property
+    def eligible_cache(self) -> dict[object, BoolArray]:
+        """Hosts eligible per role capability (filled by ``hostfit.eligible_hosts``)."""
+        return {}
+
+    @cached_property
     def hosts_of_type(self) -> dict[str, BoolArray]:
         """For each GPU model, a mask of the hosts that carry it."""
         types = {p.gpu_type for p in self.pools}
