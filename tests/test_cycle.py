@@ -421,3 +421,36 @@ def test_lookahead_keeps_the_first_job_from_stranding_the_second() -> None:
     snap = Snapshot(state, (first, second), (), 0.0)
     assert binds(run_cycle(snap, POLICIES["slurm-like"].with_(topology_aware=True))) == ["job-1"]
     assert binds(run_cycle(snap, CONSERVATIVE)) == ["job-1", "job-2"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([1, 1, 1, 2, 4, 8]), st.sampled_from([None, 600.0])),
+        min_size=1,
+        max_size=40,
+    ),
+    st.floats(0.0, 0.8),
+    st.sampled_from(list(POLICIES)),
+)
+def test_repeating_the_last_host_changes_no_decision(
+    sizes: list[tuple[int, float | None]], busy: float, name: str
+) -> None:
+    import boltforge.core.cycle as cycle_module
+    from boltforge.testing.builders import occupy
+
+    fleet = make_fleet(racks=2, hosts=4, island=4)
+    state = occupy(fleet, busy, seed=len(sizes))
+    pending = tuple(job(f"j{i}", g, float(i), limit) for i, (g, limit) in enumerate(sizes))
+    snap = Snapshot(state, pending, (), 0.0)
+    fast = run_cycle(snap, POLICIES[name])
+    original = cycle_module._repeat
+    cycle_module._repeat = lambda p, job, shape: None  # type: ignore[assignment]
+    try:
+        slow = run_cycle(snap, POLICIES[name])
+    finally:
+        cycle_module._repeat = original
+    assert [(b.job, b.placement.grants) for b in fast.binds] == [
+        (b.job, b.placement.grants) for b in slow.binds
+    ]
+    assert [(w.job, w.reason) for w in fast.waiting] == [(w.job, w.reason) for w in slow.waiting]

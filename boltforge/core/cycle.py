@@ -51,6 +51,7 @@ from boltforge.core.preempt import (
     release_victims,
 )
 from boltforge.core.quota import QuotaTree, Verdict, admit, reclaimable_for
+from boltforge.core.single import plan_on_host
 from boltforge.core.state import Allocation, FleetState
 from boltforge.core.workload import Job, Running, Usage
 
@@ -112,6 +113,7 @@ class _Pass:
     head_blocked: str | None = None
     recent: list[tuple[float, int]] = field(default_factory=list)
     preempt_attempts: int = 0
+    last_host: tuple[tuple[object, ...], Placement] | None = None
     evicted: set[str] = field(default_factory=set)
 
 
@@ -201,13 +203,18 @@ def _consider_one(
         reason, detail = p.failed_shapes[shape]
         p.waiting.append(Waiting(job.id, position, reason, detail, None))
         return
-    placement, reasons, never = _place(p, job.gang, blocked, upcoming)  # 3. place
+    placement = None if upcoming else _repeat(p, job, shape)
+    reasons: tuple[str, ...] = ()
+    never = False
+    if placement is None:
+        placement, reasons, never = _place(p, job.gang, blocked, upcoming)  # 3. place
     if placement is not None:
         verdict = _admit(p, job, placement)  # 4. admit
         if not verdict.ok:
             p.waiting.append(Waiting(job.id, position, WaitReason.QUOTA, (verdict.reason,)))
             return
         _bind(p, job, placement, position, borrowed=verdict.borrowed)
+        p.last_host = (shape, placement) if _one_island_replica(job.gang, placement) else None
         return
     ever = could_ever_fit(p.work.tree, job.gang)
     if ever.outcome == Outcome.NEVER:
@@ -229,6 +236,30 @@ def _consider_one(
     estimate = _estimate(p, job)
     p.failed_shapes.setdefault(shape, (reason, reasons))
     p.waiting.append(Waiting(job.id, position, reason, reasons, estimate))  # 8. wait
+
+
+def _one_island_replica(gang: Gang, placement: Placement) -> bool:
+    """Whether ``placement`` is one replica of a one-role gang inside one NVLink island."""
+    role = gang.roles[0]
+    return (
+        len(gang.roles) == 1
+        and role.replicas == 1
+        and role.gpus > 0
+        and placement.cost.hops["host"] == 0
+    )
+
+
+def _repeat(p: _Pass, job: Job, shape: tuple[object, ...]) -> Placement | None:
+    """The previous job's host for a job of the same shape, when it provably stays the best
+    (see ``single.plan_on_host``); None sends the job through the full placement."""
+    if p.last_host is None or p.last_host[0] != shape:
+        return None
+    previous = p.last_host[1].roles[0]
+    host = previous.grants[0].host
+    plan = plan_on_host(p.work, job.gang.roles[0], host, previous.gpu_type)
+    if plan is None:
+        return None
+    return Placement(job.gang.name, (plan,), plan.cost)
 
 
 def _blocked_hosts(p: _Pass, job: Job) -> frozenset[int]:
@@ -307,6 +338,7 @@ def _bind(
     runtime = runtime if runtime is not None else job.expected_runtime()
     end = p.now + runtime if runtime is not None else None
     p.work.allocate(Allocation(job.id, placement.grants, end, job.priority))
+    p.last_host = None  # the caller re-arms it for a plain one-host bind
     _charge(p, job, placement)
     p.binds.append(Bind(job.id, placement, replicas, borrowed, note, position))
 
@@ -363,6 +395,7 @@ def _is_owed(p: _Pass, job: Job, victim: Running) -> bool:
 def _evict(p: _Pass, job: Job, found: Victims) -> None:
     """Apply the victims to the pass's state and record the evictions, charging the budget."""
     p.work = release_victims(p.work, found)
+    p.last_host = None
     runtime = job.expected_runtime()
     end = p.now + runtime if runtime is not None else None
     p.work.allocate(Allocation(job.id, found.placement.grants, end, job.priority))

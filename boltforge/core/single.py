@@ -86,3 +86,42 @@ def _inner_cost(state: FleetState, hosts: IntArray, g: int) -> FloatArray:
     w = state.tree.weights
     out: FloatArray = ((g - islands) * w.nvlink + (islands - 1) * w.host).astype(np.float64)
     return out
+
+
+def plan_on_host(state: FleetState, role: Role, host: int, gpu_type: str) -> RolePlan | None:
+    """One replica of ``role`` on ``host`` inside one NVLink island, if it still has room there.
+
+    The cycle uses this to repeat the previous job's host for a job of the same shape: after a
+    one-host job took GPUs on the best host ``h`` (one island holding it), ``h`` still has the
+    cheapest ring (one island) and now the fewest GPUs left, so it stays the best host for the
+    same shape as long as one island still holds the replica. First-fit's choice repeats too:
+    the hosts before ``h`` had no room and gained none.
+    """
+    g = role.gpus
+    ok = state.island_max[host] >= g and not state.cordoned[host]
+    if role.tensor_parallel > 1:
+        ok = (
+            ok
+            and int((state.island_free[host] // role.tensor_parallel).sum())
+            * (role.tensor_parallel)
+            >= g
+        )
+    if role.cpus > 0:
+        ok = ok and state.free_cpus[host] >= role.cpus * (1 - _EPS)
+    if role.memory_gb > 0:
+        ok = ok and state.free_memory[host] >= role.memory_gb * (1 - _EPS)
+    if not ok:
+        return None
+    tree = state.tree
+    row = state.free[host].copy()
+    (gpus,) = select_gpus(row, tree.gpu_island[host], 1, role)
+    grants = [Grant(role.name, 0, host, gpus, role.cpus, role.memory_gb)]
+    return RolePlan(
+        role.name,
+        Level.HOST,
+        tree.hosts[host].name,
+        tuple(grants),
+        costs.role_cost(tree, grants),
+        (),
+        gpu_type,
+    )
