@@ -445,7 +445,7 @@ def test_repeating_the_last_host_changes_no_decision(
     snap = Snapshot(state, pending, (), 0.0)
     fast = run_cycle(snap, POLICIES[name])
     original = cycle_module._repeat
-    cycle_module._repeat = lambda p, job, shape: None  # type: ignore[assignment]
+    cycle_module._repeat = lambda p, job, shape: None
     try:
         slow = run_cycle(snap, POLICIES[name])
     finally:
