@@ -32,7 +32,7 @@ def describe(tree: TopologyTree, placement: Placement) -> list[str]:
             why = (
                 f"costlier by {extra:g}"
                 if extra > 1e-9
-                else "equal cost; the chosen one fits tighter"
+                else "equal cost; ties go to the tighter fit"
             )
             lines.append(
                 f"  beat {alt.level.label} {alt.domain}: cost {alt.cost:g} on {alt.hosts} host(s)"
