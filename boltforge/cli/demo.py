@@ -21,10 +21,6 @@ from boltforge.testing.builders import occupy
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def _job(tree_name: str, **fields: object) -> dict[str, object]:
-    return {"team": "demo", **fields}
-
-
 def _step(console: Console, state: FleetState, title: str, gang: Gang, now: float = 0.0) -> None:
     console.print(Rule(title, align="left"))
     start = time.perf_counter()

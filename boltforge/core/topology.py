@@ -44,10 +44,6 @@ class Pool:
     tier: Tier
     price_per_gpu_hour: float
 
-    @property
-    def islands_per_host(self) -> int:
-        return self.gpus_per_host // self.island_size if self.gpus_per_host else 0
-
 
 @dataclass(frozen=True, slots=True)
 class Host:
