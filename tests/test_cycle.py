@@ -454,3 +454,17 @@ def test_repeating_the_last_host_changes_no_decision(
         (b.job, b.placement.grants) for b in slow.binds
     ]
     assert [(w.job, w.reason) for w in fast.waiting] == [(w.job, w.reason) for w in slow.waiting]
+
+
+def test_every_waiting_job_gets_a_start_estimate_when_running_jobs_have_ends() -> None:
+    pending = (*(job(f"j{i}", 8, float(i)) for i in range(5)), job("huge", 64, 9.0))
+    world = World(LAB, (Busy("a", (H[0], H[1]), 3600.0), Busy("b", (H[2], H[3]), 7200.0)), pending)
+    policy = POLICIES["slurm-like"].with_(estimate_waits=1)
+    by_job = {w.job: w for w in run_cycle(snapshot(world), policy).waiting}
+    assert by_job["huge"].reason == WaitReason.NEVER and by_job["huge"].estimated_start is None
+    starts = [by_job[f"j{i}"].estimated_start for i in range(4)]
+    assert starts == [3600.0, 3600.0, 7200.0, 7200.0]
+    bases = [by_job[f"j{i}"].estimate_basis for i in range(4)]
+    assert bases == ["reservation", "when-and-where", "capacity", "capacity"]
+    # The 5th job needs more than the known ends free (the 4 ahead have no time limit).
+    assert by_job["j4"].estimated_start is None

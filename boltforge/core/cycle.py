@@ -35,6 +35,7 @@ from boltforge.core.decisions import (
     WaitReason,
 )
 from boltforge.core.elastic import grow, growth_id
+from boltforge.core.estimates import fill_estimates
 from boltforge.core.fairshare import order as fair_order
 from boltforge.core.firstfit import first_fit
 from boltforge.core.gang import Gang
@@ -134,12 +135,13 @@ def run_cycle(
         upcoming = tuple(j.gang for j in ordered[position + 1 : policy.lookahead][:WINDOW])
         _consider(p, job, position, upcoming=upcoming)  # 3-8, one job at a time
     resizes = _grow(p)  # 9. grow elastic jobs into what nobody waiting can use
+    jobs = {j.id: j for j in ordered}
     return CycleResult(
         binds=tuple(p.binds),
         evictions=tuple(p.evictions),
         resizes=tuple(resizes),
         reservations=tuple(p.reservations),
-        waiting=tuple(p.waiting),
+        waiting=tuple(fill_estimates(p.waiting, jobs, p.work, p.now)),
     )
 
 
@@ -234,8 +236,9 @@ def _consider_one(
         return
     reason = _classify(p, job, blocked)
     estimate = _estimate(p, job)
+    basis = "when-and-where" if estimate is not None else ""
     p.failed_shapes.setdefault(shape, (reason, reasons))
-    p.waiting.append(Waiting(job.id, position, reason, reasons, estimate))  # 8. wait
+    p.waiting.append(Waiting(job.id, position, reason, reasons, estimate, basis))  # 8. wait
 
 
 def _one_island_replica(gang: Gang, placement: Placement) -> bool:
@@ -454,7 +457,7 @@ def _reserve(p: _Pass, job: Job, position: int, reasons: tuple[str, ...]) -> boo
     hosts = frozenset(g.host for g in decision.placement.grants)
     p.reservations.append(Reserve(job.id, start, decision.placement, hosts))
     detail = (*reasons, f"reserved: starts at t={start:.0f} on {len(hosts)} host(s)")
-    p.waiting.append(Waiting(job.id, position, WaitReason.RESERVED, detail, start))
+    p.waiting.append(Waiting(job.id, position, WaitReason.RESERVED, detail, start, "reservation"))
     return True
 
 

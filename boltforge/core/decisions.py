@@ -65,13 +65,19 @@ class Reserve:
 
 @dataclass(frozen=True, slots=True)
 class Waiting:
-    """A job left pending: its place in line, the reason, the evidence, and a start estimate."""
+    """A job left pending: its place in line, the reason, the evidence, and a start estimate.
+
+    ``estimate_basis`` says how the estimate was made: ``"when-and-where"`` (a placement the
+    engine found on the expected state), ``"reservation"``, or ``"capacity"`` (GPU counts
+    only, for jobs further down the queue).
+    """
 
     job: str
     position: int
     reason: WaitReason
     detail: tuple[str, ...] = ()
     estimated_start: float | None = None
+    estimate_basis: str = ""
 
 
 @dataclass(frozen=True, slots=True)
