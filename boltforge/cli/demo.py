@@ -15,6 +15,7 @@ from boltforge.core.modes import when_and_where
 from boltforge.core.state import FleetState
 from boltforge.spec.fleet import load_fleet
 from boltforge.spec.job import parse_job
+from boltforge.spec.loader import read_yaml
 from boltforge.spec.resolve import to_gang
 from boltforge.testing.builders import occupy
 
@@ -78,9 +79,9 @@ def run_demo(console: Console) -> None:
     console.print(Rule("6. the 1,024-GPU heterogeneous cluster", align="left"))
     print_summary(fleet_summary(hetero, hstate))
     console.print()
-    rlhf = to_gang(parse_job(_yaml(EXAMPLES / "jobs" / "rlhf.yaml")), hetero)
+    rlhf = to_gang(parse_job(read_yaml(EXAMPLES / "jobs" / "rlhf.yaml")), hetero)
     _step(console, hstate, "7. an RLHF gang (policy, reference, reward, CPU data loaders)", rlhf)
-    impossible = to_gang(parse_job(_yaml(EXAMPLES / "jobs" / "impossible.yaml")), hetero)
+    impossible = to_gang(parse_job(read_yaml(EXAMPLES / "jobs" / "impossible.yaml")), hetero)
     _step(console, hstate, "8. a job asking for 141 GB GPUs is rejected with the fix", impossible)
 
     big = load_fleet(EXAMPLES / "fleets" / "h100-16k.yaml")
@@ -88,11 +89,5 @@ def run_demo(console: Console) -> None:
     bstate = occupy(big, 0.7, seed=7)
     print_summary(fleet_summary(big, bstate))
     console.print()
-    job = to_gang(parse_job(_yaml(EXAMPLES / "jobs" / "train-256-rack.yaml")), big)
+    job = to_gang(parse_job(read_yaml(EXAMPLES / "jobs" / "train-256-rack.yaml")), big)
     _step(console, bstate, "10. 256 GPUs that require one rack", job)
-
-
-def _yaml(path: Path) -> object:
-    from boltforge.spec.loader import read_yaml
-
-    return read_yaml(path)

@@ -21,6 +21,7 @@ new job against the reservations of the last full pass.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -53,7 +54,8 @@ from boltforge.core.preempt import (
 )
 from boltforge.core.quota import QuotaTree, Verdict, admit, reclaimable_for
 from boltforge.core.single import plan_on_host
-from boltforge.core.state import Allocation, FleetState
+from boltforge.core.state import Allocation, FleetState, Grant
+from boltforge.core.topology import TopologyTree
 from boltforge.core.workload import Job, Running, Usage
 
 # Lookahead window: how many jobs behind the one being placed it checks (policy.lookahead
@@ -83,13 +85,10 @@ class Snapshot:
     def holdings(self) -> dict[str, dict[str, int]]:
         """GPUs held per leaf queue and pool by the running jobs, as a fresh dict."""
         out: dict[str, dict[str, int]] = {}
-        tree = self.state.tree
         for r in self.running:
             pools = out.setdefault(r.job.queue, {})
-            for g in r.allocation.grants:
-                if g.gpus:
-                    name = tree.pool_of(g.host).name
-                    pools[name] = pools.get(name, 0) + len(g.gpus)
+            for pool, gpus in gpus_by_pool(self.state.tree, r.allocation.grants).items():
+                pools[pool] = pools.get(pool, 0) + gpus
         return out
 
 
@@ -319,13 +318,18 @@ def _admit(p: _Pass, job: Job, placement: Placement) -> Verdict:
     return admit(p.quota, p.holdings, job.queue, _demand(p, placement))
 
 
-def _demand(p: _Pass, placement: Placement) -> dict[str, int]:
-    demand: dict[str, int] = {}
-    for g in placement.grants:
+def gpus_by_pool(tree: TopologyTree, grants: Iterable[Grant]) -> dict[str, int]:
+    """GPUs per pool name held by ``grants`` (what quotas count)."""
+    out: dict[str, int] = {}
+    for g in grants:
         if g.gpus:
-            name = p.work.tree.pool_of(g.host).name
-            demand[name] = demand.get(name, 0) + len(g.gpus)
-    return demand
+            name = tree.pool_of(g.host).name
+            out[name] = out.get(name, 0) + len(g.gpus)
+    return out
+
+
+def _demand(p: _Pass, placement: Placement) -> dict[str, int]:
+    return gpus_by_pool(p.work.tree, placement.grants)
 
 
 def _bind(

@@ -45,17 +45,16 @@ def first_fit(state: FleetState, gang: Gang) -> Placement | None:
 
 def _fill(state: FleetState, slots: IntArray, replicas: int, gpus: int) -> dict[int, int] | None:
     """Replicas per host for the first GPU model, in host order, that holds them all."""
-    slots_arr = slots
     tree = state.tree
     by_type: dict[str, dict[int, int]] = {}
     left: dict[str, int] = {}
-    for h in np.flatnonzero(slots_arr > 0):
+    for h in np.flatnonzero(slots > 0):
         kind = tree.pool_of(int(h)).gpu_type if gpus else ""
         counts = by_type.setdefault(kind, {})
         remaining = left.setdefault(kind, replicas)
         if remaining == 0:
             continue
-        take = min(int(slots_arr[h]), remaining)
+        take = min(int(slots[h]), remaining)
         counts[int(h)] = take
         left[kind] = remaining - take
         if left[kind] == 0:

@@ -34,11 +34,9 @@ def measure(state: FleetState) -> Fragmentation:
     free = int(per_host.sum())
     gpu_hosts = tree.host_gpus > 0
     whole_hosts = gpu_hosts & (per_host == tree.host_gpus) & ~state.cordoned
-    padded = np.append(per_host, 0)
-    rack_free = padded[tree.rack_hosts].sum(axis=1)
+    rack_free, pod_free = state.rack_free, state.pod_free
     rack_cap = np.append(tree.host_gpus, 0)[tree.rack_hosts].sum(axis=1)
     whole_racks = (rack_free == rack_cap) & (rack_cap > 0)
-    pod_free = np.append(rack_free, 0)[tree.pod_racks].sum(axis=1)
     if free == 0:
         return Fragmentation(0, 0.0, 0.0, 0, 0, 0)
     return Fragmentation(
