@@ -35,22 +35,36 @@ def role_cost(tree: TopologyTree, grants: list[Grant]) -> CostBreakdown:
     hops = dict.fromkeys(LEVEL_KEYS, 0)
     if not grants or not any(g.gpus for g in grants):
         return CostBreakdown(hops, 0.0)
+    if len(grants) == 1:
+        return one_host_cost(tree, grants[0].host, grants[0].gpus)
     per_host: dict[int, list[int]] = defaultdict(list)
     for g in grants:
         per_host[g.host].extend(g.gpus)
     for host, gpus in per_host.items():
-        islands = {int(tree.gpu_island[host, gpu]) for gpu in gpus}
+        islands = set(tree.gpu_island[host, gpus].tolist())
         hops["nvlink"] += len(gpus) - len(islands)
         hops["host"] += len(islands) - 1
-    racks = {int(tree.host_rack[h]) for h in per_host}
-    pods = {int(tree.host_pod[h]) for h in per_host}
-    hops["rack"] = len(per_host) - len(racks)
-    hops["pod"] = len(racks) - len(pods)
-    hops["spine"] = len(pods) - 1
-    hops["rail"] = misaligned_replicas(grants) if len(per_host) > 1 else 0
+    if len(per_host) > 1:
+        hosts = list(per_host)
+        racks = set(tree.host_rack[hosts].tolist())
+        pods = set(tree.host_pod[hosts].tolist())
+        hops["rack"] = len(per_host) - len(racks)
+        hops["pod"] = len(racks) - len(pods)
+        hops["spine"] = len(pods) - 1
+        hops["rail"] = misaligned_replicas(grants)
     w = tree.weights
     total = sum(hops[k] * float(getattr(w, k)) for k in LEVEL_KEYS)
     return CostBreakdown(hops, total)
+
+
+def one_host_cost(tree: TopologyTree, host: int, gpus: tuple[int, ...]) -> CostBreakdown:
+    """Cost of one replica's ring on one host: NVLink hops inside islands, host hops between."""
+    islands = len(set(tree.gpu_island[host, list(gpus)].tolist()))
+    hops = dict.fromkeys(LEVEL_KEYS, 0)
+    hops["nvlink"] = len(gpus) - islands
+    hops["host"] = islands - 1
+    w = tree.weights
+    return CostBreakdown(hops, hops["nvlink"] * float(w.nvlink) + hops["host"] * float(w.host))
 
 
 def misaligned_replicas(grants: list[Grant]) -> int:

@@ -41,7 +41,7 @@ from boltforge.core.fairshare import order as fair_order
 from boltforge.core.firstfit import first_fit
 from boltforge.core.gang import Gang
 from boltforge.core.lookahead import place_with_lookahead
-from boltforge.core.modes import could_ever_fit, place_now, when_and_where
+from boltforge.core.modes import could_ever_fit, fits_empty, place_now, when_and_where
 from boltforge.core.ordering import FairOrder, order_jobs
 from boltforge.core.placement import Outcome
 from boltforge.core.policy import Backfill, Policy
@@ -217,8 +217,8 @@ def _consider_one(
         _bind(p, job, placement, position, borrowed=verdict.borrowed)
         p.last_host = (shape, placement) if _one_island_replica(job.gang, placement) else None
         return
-    ever = could_ever_fit(p.work.tree, job.gang)
-    if ever.outcome == Outcome.NEVER:
+    if not never and not fits_empty(p.work.tree, job.gang):
+        ever = could_ever_fit(p.work.tree, job.gang)
         never, reasons = True, (*ever.reasons, *(f"To fix: {f}" for f in ever.fixes))
     if never:
         p.failed_shapes[shape] = (WaitReason.NEVER, reasons)

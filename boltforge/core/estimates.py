@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 
 from boltforge.core.decisions import Waiting, WaitReason
+from boltforge.core.modes import by_end
 from boltforge.core.state import FleetState
 from boltforge.core.workload import Job
 
@@ -24,13 +25,9 @@ def fill_estimates(
     topology and quota, so it is marked ``estimate_basis = "capacity"``; jobs that can never
     run, or that need more than known ends free, keep no estimate.
     """
-    ends = sorted(
-        (a.expected_end, sum(len(g.gpus) for g in a.grants))
-        for a in state.allocations.values()
-        if a.expected_end is not None and a.expected_end > now
-    )
-    times = np.array([t for t, _ in ends], dtype=np.float64)
-    freed = np.cumsum([g for _, g in ends]) if ends else np.zeros(0)
+    ending = [a for a in by_end(state) if a.expected_end is not None and a.expected_end > now]
+    times = np.array([a.expected_end for a in ending], dtype=np.float64)
+    freed = np.cumsum([a.gpus for a in ending], dtype=np.int64)
     free_now = int(state.free[~state.cordoned].sum())
     ahead = 0
     out = []

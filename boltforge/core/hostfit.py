@@ -151,8 +151,9 @@ def _grouped(island_of: IntArray, gpus: tuple[int, ...], t: int) -> bool:
 def _islands(free_row: BoolArray, island_of: IntArray, need: int) -> list[list[int]]:
     """Free GPUs by island, restricted to the fewest islands that together hold ``need``."""
     by_island: dict[int, list[int]] = {}
-    for gpu in np.flatnonzero(free_row & (island_of >= 0)):
-        by_island.setdefault(int(island_of[gpu]), []).append(int(gpu))
+    free = np.flatnonzero(free_row & (island_of >= 0))
+    for gpu, island in zip(free.tolist(), island_of[free].tolist(), strict=True):
+        by_island.setdefault(island, []).append(gpu)
     groups = list(by_island.values())
     fitting = [members for members in groups if len(members) >= need]
     if fitting:

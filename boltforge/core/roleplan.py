@@ -49,6 +49,8 @@ def plan_role(state: FleetState, role: Role, eligible: BoolArray, cap: Level) ->
 def _by_gpu_type(tree: TopologyTree, eligible: BoolArray, role: Role) -> dict[str, BoolArray]:
     if role.gpus == 0:
         return {"": eligible}
+    if len(tree.hosts_of_type) == 1:
+        return {next(iter(tree.hosts_of_type)): eligible}
     present = np.bincount(tree.host_pool[eligible], minlength=len(tree.pools)) > 0
     types = sorted({tree.pools[i].gpu_type for i in np.flatnonzero(present)})
     if len(types) == 1:

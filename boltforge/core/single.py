@@ -10,7 +10,7 @@ from boltforge.core.gang import Role
 from boltforge.core.hostfit import select_gpus
 from boltforge.core.levels import Level
 from boltforge.core.state import FleetState, Grant
-from boltforge.core.topology import BoolArray, FloatArray, IntArray
+from boltforge.core.topology import BoolArray, IntArray, TopologyTree
 
 _EPS = 1e-9
 
@@ -28,23 +28,14 @@ def plan_single(
     hosts = _hosts_with_room(state, role, eligible, cap == Level.ISLAND)
     if hosts.size == 0:
         return None
-    inner = _inner_cost(state, hosts, role.gpus)
-    left = state.host_free[hosts] - role.gpus
+    islands = _islands_needed(state, hosts, role.gpus)
+    best = _best_three(state, hosts, islands, role.gpus)
     tree = state.tree
-    keys = (
-        state.pod_free[tree.host_pod[hosts]],
-        state.rack_free[tree.host_rack[hosts]],
-        left,
-        inner,
-    )
-    best = np.lexsort(keys)[:3]
     host = int(hosts[best[0]])
-    row = state.free[host].copy()
-    (gpus,) = select_gpus(row, tree.gpu_island[host], 1, role)
-    grants = [Grant(role.name, 0, host, gpus, role.cpus, role.memory_gb)]
+    grants = [Grant(role.name, 0, host, replica_gpus(state, host, role), role.cpus, role.memory_gb)]
     alternatives = tuple(
-        Alternative(Level.HOST, tree.hosts[int(hosts[i])].name, float(inner[i]), 1)
-        for i in best[1:]
+        Alternative(Level.HOST, tree.hosts[int(h)].name, _ring(tree, role.gpus, int(n)), 1)
+        for h, n in zip(hosts[best[1:]], islands[best[1:]], strict=True)
     )
     level = Level.ISLAND if cap == Level.ISLAND else Level.HOST
     return RolePlan(
@@ -74,18 +65,38 @@ def _hosts_with_room(state: FleetState, role: Role, eligible: BoolArray, island:
     return np.flatnonzero(ok)
 
 
-def _inner_cost(state: FleetState, hosts: IntArray, g: int) -> FloatArray:
-    """Ring cost inside each host for one replica of ``g`` GPUs, packed into fewest islands."""
-    if g == 0:
-        return np.zeros(hosts.size)
+def _islands_needed(state: FleetState, hosts: IntArray, g: int) -> IntArray:
+    """NVLink islands one replica of ``g`` GPUs spans on each host, packed into the fewest."""
     islands = np.ones(hosts.size, dtype=np.int64)
-    spill = np.flatnonzero(state.island_max[hosts] < g)
+    spill = np.flatnonzero(state.island_max[hosts] < g) if g else hosts[:0]
     if spill.size:
         covered = np.cumsum(-np.sort(-state.island_free[hosts[spill]], axis=1), axis=1)
         islands[spill] = (covered < g).sum(axis=1) + 1
-    w = state.tree.weights
-    out: FloatArray = ((g - islands) * w.nvlink + (islands - 1) * w.host).astype(np.float64)
-    return out
+    return islands
+
+
+def _ring(tree: TopologyTree, g: int, islands: int) -> float:
+    """Ring cost inside one host for a replica of ``g`` GPUs over ``islands`` islands."""
+    if g == 0:
+        return 0.0
+    w = tree.weights
+    return float((g - islands) * w.nvlink + (islands - 1) * w.host)
+
+
+def _best_three(state: FleetState, hosts: IntArray, islands: IntArray, g: int) -> IntArray:
+    """Positions in ``hosts`` of the three best, best first: the cheapest ring inside the host
+    (the fewest islands spanned, when a host hop costs more than an NVLink hop), then the
+    fewest GPUs left on the host, in its rack, in its pod, then the lowest index."""
+    tree = state.tree
+    w = tree.weights
+    ring = islands if w.host > w.nvlink else (g - islands) * w.nvlink + (islands - 1) * w.host
+    keys = (
+        state.pod_free[tree.host_pod[hosts]],
+        state.rack_free[tree.host_rack[hosts]],
+        state.host_free[hosts],
+        ring,
+    )
+    return np.lexsort(keys)[:3]
 
 
 def plan_on_host(state: FleetState, role: Role, host: int, gpu_type: str) -> RolePlan | None:
@@ -113,9 +124,7 @@ def plan_on_host(state: FleetState, role: Role, host: int, gpu_type: str) -> Rol
     if not ok:
         return None
     tree = state.tree
-    row = state.free[host].copy()
-    (gpus,) = select_gpus(row, tree.gpu_island[host], 1, role)
-    grants = [Grant(role.name, 0, host, gpus, role.cpus, role.memory_gb)]
+    grants = [Grant(role.name, 0, host, replica_gpus(state, host, role), role.cpus, role.memory_gb)]
     return RolePlan(
         role.name,
         Level.HOST,
@@ -125,3 +134,18 @@ def plan_on_host(state: FleetState, role: Role, host: int, gpu_type: str) -> Rol
         (),
         gpu_type,
     )
+
+
+def replica_gpus(state: FleetState, host: int, role: Role) -> tuple[int, ...]:
+    """The GPUs ``select_gpus`` picks for one replica of ``role`` on ``host`` (no template),
+    read off the state's per-island counts when one island holds the replica: the tightest
+    such island (the lowest on ties; islands number GPUs in order), its lowest free GPUs."""
+    g = role.gpus
+    counts = state.island_free[host].tolist()
+    fitting = [(n, i) for i, n in enumerate(counts) if n >= g]
+    if g == 0 or not fitting:
+        (gpus,) = select_gpus(state.free[host].copy(), state.tree.gpu_island[host], 1, role)
+        return gpus
+    island = min(fitting)[1]
+    free = np.flatnonzero(state.free[host] & (state.tree.gpu_island[host] == island))
+    return tuple(free[:g].tolist())

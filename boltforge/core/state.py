@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,6 +29,10 @@ class Allocation:
     grants: tuple[Grant, ...]
     expected_end: float | None = None
     priority: int = 3
+    gpus: int = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpus", sum(len(g.gpus) for g in self.grants))
 
 
 class Conflict(Exception):
@@ -146,7 +150,8 @@ class FleetState:
             h, n = g.host, sign * len(gpus)
             self.free[h, gpus] = sign > 0
             row = self.island_free[h]
-            np.add.at(row, self.tree.gpu_island[h, gpus], sign)
+            for island in self.tree.gpu_island[h, gpus].tolist():
+                row[island] += sign
             self.island_max[h] = row.max()
             self.host_free[h] += n
             self.rack_free[self.tree.host_rack[h]] += n

@@ -170,6 +170,12 @@ class TopologyTree:
         return {}
 
     @cached_property
+    def answer_cache(self) -> dict[object, object]:
+        """Answers that depend only on the fleet, per question (e.g. whether a shape fits the
+        empty fleet); filled by the modules that ask them."""
+        return {}
+
+    @cached_property
     def hosts_of_type(self) -> dict[str, BoolArray]:
         """For each GPU model, a mask of the hosts that carry it."""
         types = {p.gpu_type for p in self.pools}
