@@ -42,9 +42,9 @@ from boltforge.core.firstfit import first_fit
 from boltforge.core.gang import Gang
 from boltforge.core.lookahead import place_with_lookahead
 from boltforge.core.modes import could_ever_fit, fits_empty, place_now, when_and_where
-from boltforge.core.ordering import FairOrder, order_jobs
+from boltforge.core.ordering import FairOrder, las_queue, order_jobs
 from boltforge.core.placement import Outcome
-from boltforge.core.policy import Backfill, Policy
+from boltforge.core.policy import Backfill, Ordering, Policy
 from boltforge.core.preempt import (
     NoVictims,
     Victims,
@@ -56,6 +56,7 @@ from boltforge.core.quota import QuotaTree, Verdict, admit, reclaimable_for
 from boltforge.core.single import plan_on_host
 from boltforge.core.state import Allocation, FleetState, Grant
 from boltforge.core.topology import TopologyTree
+from boltforge.core.victims import standing_of
 from boltforge.core.workload import Job, Running, Usage
 
 # Lookahead window: how many jobs behind the one being placed it checks (policy.lookahead
@@ -358,8 +359,10 @@ def _preempt(
     alive = [r for r in p.running.values() if r.job.id in p.work.allocations]
     borrowers = frozenset(r.job.id for r in alive if r.borrowed)
     reclaim = frozenset(r.job.id for r in alive if r.borrowed and _is_owed(p, job, r))
-    if not reclaim and not any(r.job.priority > job.priority for r in alive):
-        return False, ()  # nothing it may bump: no less important class, nothing owed to it
+    standing = _standing(p, job, alive)
+    mine = standing_of(job, standing)
+    if not reclaim and not any(standing_of(r.job, standing) > mine for r in alive):
+        return False, ()  # nothing it may bump: nothing of lower standing, nothing owed to it
     if p.preempt_attempts <= 0:
         return False, ("preemption not tried: this pass's preemption attempts are used up",)
     p.preempt_attempts -= 1
@@ -368,7 +371,15 @@ def _preempt(
         p.work.cordoned[list(blocked)] = True
     try:
         found = find_victims(
-            p.work, job, alive, p.policy.preempt_rules, p.now, p.recent, reclaim, borrowers
+            p.work,
+            job,
+            alive,
+            p.policy.preempt_rules,
+            p.now,
+            p.recent,
+            reclaim,
+            borrowers,
+            standing,
         )
     finally:
         p.work.cordoned = saved
@@ -376,8 +387,7 @@ def _preempt(
         return False, found.reasons
     if not found.jobs and not found.shrink:
         return False, ()
-    later = when_and_where(p.work, job.gang, p.now)
-    wait = later.start_time - p.now if later.start_time is not None else None
+    wait = None if standing is not None else _wait(p, job)  # Tiresias uses no estimates
     worth, sentence = preemption_worth_it(found, job, wait)
     if not worth:
         return False, (sentence,)
@@ -389,6 +399,24 @@ def _preempt(
     p.binds.append(Bind(job.id, found.placement, None, verdict.borrowed, note, position))
     _charge(p, job, found.placement)
     return True, ()
+
+
+def _wait(p: _Pass, job: Job) -> float | None:
+    """Seconds until ``job`` could start without preempting, if running jobs end as expected."""
+    later = when_and_where(p.work, job.gang, p.now)
+    return later.start_time - p.now if later.start_time is not None else None
+
+
+def _standing(p: _Pass, job: Job, alive: list[Running]) -> dict[str, tuple[int, ...]] | None:
+    """Under Tiresias (LAS ordering) a job stands at (class, attained-service queue), so a job
+    in a lower queue may preempt one of its class in a higher queue; otherwise None (class)."""
+    if p.policy.ordering != Ordering.LAS:
+        return None
+    out: dict[str, tuple[int, ...]] = {
+        r.job.id: (r.job.priority, las_queue(r.job, p.policy, p.now, r.start_time)) for r in alive
+    }
+    out[job.id] = (job.priority, las_queue(job, p.policy, p.now))
+    return out
 
 
 def _is_owed(p: _Pass, job: Job, victim: Running) -> bool:

@@ -21,13 +21,19 @@ def order_jobs(jobs: list[Job], policy: Policy, now: float, fair: FairOrder | No
     if policy.ordering == Ordering.FIFO:
         return sorted(jobs, key=lambda j: (j.submit_time, j.id))
     if policy.ordering == Ordering.LAS:
-        return sorted(jobs, key=lambda j: (_las_queue(j, policy, now), j.submit_time, j.id))
+        return sorted(jobs, key=lambda j: (las_queue(j, policy, now), j.submit_time, j.id))
     if policy.ordering == Ordering.FAIR and fair is not None:
         return fair(jobs)
     return sorted(jobs, key=lambda j: (j.priority, j.submit_time, j.id))
 
 
-def _las_queue(job: Job, policy: Policy, now: float) -> int:
-    if now - job.submit_time >= policy.starvation_s:
+def las_queue(job: Job, policy: Policy, now: float, started: float | None = None) -> int:
+    """Tiresias' discrete queue for ``job`` (0 is served first): how many of the policy's
+    thresholds its attained GPU-seconds have passed. A running job (``started`` set) attains
+    its GPUs times its time running; a waiting job past ``starvation_s`` is promoted to 0."""
+    attained = job.attained_gpu_seconds
+    if started is not None:
+        attained += job.gpus * max(now - started, 0.0)
+    elif now - job.submit_time >= policy.starvation_s:
         return 0
-    return sum(1 for t in policy.las_thresholds if job.attained_gpu_seconds >= t)
+    return sum(1 for t in policy.las_thresholds if attained >= t)

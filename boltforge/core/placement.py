@@ -40,6 +40,8 @@ def place_gang(state: FleetState, gang: Gang) -> tuple[Placement | None, Role | 
     role's domain at that level; if the gang does not fit there, each other domain with room
     for the whole gang is tried in turn.
     """
+    if _plain_single(gang):
+        return _place_single(state, gang)
     placement, failed = _place_roles(state, gang, None)
     required = gang.topology.required
     if placement is not None or required is None or required == Level.SPINE:
@@ -52,6 +54,28 @@ def place_gang(state: FleetState, gang: Gang) -> tuple[Placement | None, Role | 
         if placement is not None:
             return placement, None
     return None, failed
+
+
+def _plain_single(gang: Gang) -> bool:
+    """One role of one GPU replica and no topology rule: the common small job."""
+    role = gang.roles[0]
+    rule = gang.topology
+    return (
+        len(gang.roles) == 1
+        and role.replicas == 1
+        and role.gpus > 0
+        and rule.required is None
+        and rule.preferred is None
+    )
+
+
+def _place_single(state: FleetState, gang: Gang) -> tuple[Placement | None, Role | None]:
+    """``place_gang`` for a plain single replica (same answer, fewer steps)."""
+    role = gang.roles[0]
+    plan = plan_role(state, role, eligible_hosts(state, role), Level.SPINE)
+    if plan is None:
+        return None, role
+    return Placement(gang.name, (plan,), plan.cost), None
 
 
 def _roomy_domains(state: FleetState, column: IntArray, gang: Gang) -> list[int]:

@@ -88,7 +88,7 @@ POLICIES: dict[str, Policy] = {
         topology_aware=True,
         backfill=Backfill.NONE,
         reservations=0,
-        preemption=False,
+        preemption=True,
         elastic=False,
         lookahead=0,
     ),

@@ -40,6 +40,7 @@ from boltforge.core.victims import (
     Candidate,
     PreemptRules,
     Screening,
+    Standing,
     evict,
     screen,
     shrink,
@@ -94,6 +95,7 @@ def find_victims(
     recent: Sequence[tuple[float, int]] = (),
     reclaim_from: frozenset[str] = frozenset(),
     over_quota: frozenset[str] = frozenset(),
+    standing: Standing | None = None,
 ) -> Victims | NoVictims:
     """The least costly set of evictions and shrinks after which ``job`` places on ``state``.
 
@@ -101,14 +103,15 @@ def find_victims(
     metadata; jobs without a record are never victims. ``recent`` lists earlier preemptions as
     (time, GPUs) for the churn budget. ``reclaim_from`` names jobs borrowing quota from the
     job's queue (reclaimable regardless of class, class 0 excepted, and preferred first);
-    ``over_quota`` names jobs running over their queue's quota (preferred next). When the job
+    ``over_quota`` names jobs running over their queue's quota (preferred next); ``standing``
+    ranks jobs finer than their class (see ``victims``). When the job
     already fits, the answer is ``Victims`` with nothing to preempt. Nothing passed in is
     changed; equal inputs give equal answers.
     """
     placement, _ = place_gang(state, job.gang)
     if placement is not None:
         return _victims(job, None, placement, Search(), now)
-    screening = screen(state, job, running, rules, now, reclaim_from, over_quota)
+    screening = screen(state, job, running, rules, now, reclaim_from, over_quota, standing)
     used = sum(gpus for t, gpus in recent if now - t < rules.churn_window_s)
     limit = math.floor(rules.churn_fraction * state.tree.total_gpus + EPS)
     search = _search(state, job, screening, now, ChurnNote(used, limit, rules.churn_window_s))

@@ -1,12 +1,14 @@
 """Who a job may displace, in what order, and what displacing each one costs.
 
 A running job is a *candidate victim* of a preemptor when the class rules allow it (class 0 is
-never preempted; class 1 only by class 0; otherwise only strictly less important classes, except
-borrowed work that the preemptor's queue reclaims) and no protection applies (non-preemptible,
-inside its minimum runtime, or preempted within the cooldown). Candidates fall into tiers:
-reclaimable borrowed work first, then over-quota work, then less important classes first; within
-a tier the least lost work goes first. Lost work is priced by ``Running.lost_gpu_seconds``;
-removing replicas of an elastic job loses only the restart overhead of the removed GPUs.
+never preempted; class 1 only by class 0; otherwise only jobs of strictly lower *standing*,
+except borrowed work that the preemptor's queue reclaims) and no protection applies
+(non-preemptible, inside its minimum runtime, or preempted within the cooldown). A job's
+standing is its class, unless the caller ranks jobs finer (Tiresias adds the attained-service
+queue after the class). Candidates fall into tiers: reclaimable borrowed work first, then
+over-quota work, then lower standing first; within a tier the least lost work goes first. Lost
+work is priced by ``Running.lost_gpu_seconds``; removing replicas of an elastic job loses only
+the restart overhead of the removed GPUs.
 
 An ``Action`` evicts a candidate or removes some replicas of its first role; a plan (job id to
 action) is applied to a copy of the fleet state with ``apply_plan``.
@@ -14,8 +16,8 @@ action) is applied to a copy of the fleet state with ``apply_plan``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from boltforge.core.state import Allocation, FleetState, Grant
@@ -27,6 +29,17 @@ from boltforge.core.workload import Job, Running
 RECLAIM_WEIGHT = 0.25
 OVER_QUOTA_WEIGHT = 0.5
 LEAST_CLASS = 3  # classes at or below importance 3 (batch) weigh 1
+
+# Standing per job id, compared as tuples: lower is more important. Jobs missing from the
+# mapping stand at ``(class,)``.
+Standing = Mapping[str, tuple[int, ...]]
+
+
+def standing_of(job: Job, standing: Standing | None) -> tuple[int, ...]:
+    """``job``'s standing: its entry in ``standing``, else its class alone."""
+    if standing is not None and job.id in standing:
+        return standing[job.id]
+    return (job.priority,)
 
 
 def class_weight(priority: int) -> float:
@@ -84,6 +97,7 @@ class Candidate:
     weight: float
     spare: int
     role: str
+    standing: tuple[int, ...] = ()
 
     @property
     def id(self) -> str:
@@ -102,13 +116,13 @@ class Candidate:
         """Current replicas of the first role (what a shrink counts down from)."""
         return sum(g.role == self.role for g in self.grants)
 
-    def rank(self) -> tuple[int, int]:
+    def rank(self) -> tuple[int, ...]:
         """Position of this candidate's tier in the preference order (lower goes first)."""
         if self.tier == Tier.RECLAIM:
-            return (0, 0)
+            return (0,)
         if self.tier == Tier.OVER_QUOTA:
-            return (1, 0)
-        return (2, -self.priority)  # less important classes first
+            return (1,)
+        return (2, *(-x for x in self.standing or (self.priority,)))  # lowest standing first
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +155,7 @@ class Action:
         """Tier-weighted lost work, the quantity preemption minimizes."""
         return self.lost * self.cand.weight
 
-    def key(self) -> tuple[tuple[int, int], float, int, str]:
+    def key(self) -> tuple[tuple[int, ...], float, int, str]:
         """Preference order: tier, then least lost work, shrinks before evictions, then id."""
         return (self.cand.rank(), round(self.lost, 6), int(self.evicts), self.cand.id)
 
@@ -159,7 +173,12 @@ def shrink(cand: Candidate, drop: Iterable[int]) -> Action:
 
 
 def refusal(
-    run: Running, job: Job, rules: PreemptRules, now: float, reclaim_from: frozenset[str]
+    run: Running,
+    job: Job,
+    rules: PreemptRules,
+    now: float,
+    reclaim_from: frozenset[str],
+    standing: Standing | None = None,
 ) -> Refusal | None:
     """Why ``job`` may not displace ``run`` (None: it may)."""
     victim = run.job
@@ -170,7 +189,7 @@ def refusal(
     if victim.id not in reclaim_from:
         if victim.priority == 1 and job.priority != 0:
             return Refusal.PRODUCTION
-        if victim.priority <= job.priority:
+        if standing_of(victim, standing) <= standing_of(job, standing):
             return Refusal.CASCADE
     if now - run.start_time < rules.min_runtime_s:
         return Refusal.YOUNG
@@ -195,6 +214,7 @@ def screen(
     now: float,
     reclaim_from: frozenset[str],
     over_quota: frozenset[str],
+    standing: Standing | None = None,
 ) -> Screening:
     """Sort the jobs holding resources on ``state`` into candidates and refused jobs.
 
@@ -211,13 +231,12 @@ def screen(
         if run is None:
             refused.append((job_id, state.allocations[job_id].priority, Refusal.UNKNOWN))
             continue
-        why = refusal(run, job, rules, now, reclaim_from)
+        why = refusal(run, job, rules, now, reclaim_from, standing)
         if why is not None:
             refused.append((job_id, run.job.priority, why))
             continue
-        candidates.append(
-            _candidate(run, state.allocations[job_id], rules, now, reclaim_from, over_quota)
-        )
+        cand = _candidate(run, state.allocations[job_id], rules, now, reclaim_from, over_quota)
+        candidates.append(replace(cand, standing=standing_of(run.job, standing)))
     return Screening(tuple(candidates), tuple(refused))
 
 
