@@ -12,6 +12,7 @@ import typer
 from boltforge.cli.common import console, print_json, spec_errors, timed
 from boltforge.cli.fleet import fleet_app
 from boltforge.cli.render import decision_dict, print_decision
+from boltforge.cli.simulate import simulate_command
 from boltforge.core.modes import could_ever_fit, place_now, when_and_where
 from boltforge.core.placement import Decision
 from boltforge.core.state import FleetState
@@ -26,6 +27,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(fleet_app, name="fleet")
+app.command("simulate")(simulate_command)
 
 
 class Mode(StrEnum):

@@ -119,18 +119,23 @@ class _Pass:
 
 
 def run_cycle(
-    snap: Snapshot, policy: Policy, reservations: tuple[Reserve, ...] = ()
+    snap: Snapshot,
+    policy: Policy,
+    reservations: tuple[Reserve, ...] = (),
+    explain: bool = True,
 ) -> CycleResult:
     """Decide what to start, reserve and leave waiting (see the module docstring for phases).
 
     ``reservations`` carries promises from an earlier pass that should still hold; a full pass
-    normally starts with none and makes its own.
+    normally starts with none and makes its own. ``explain=False`` skips the start estimates
+    of waiting jobs (no decision depends on them), for callers nobody reads them to, such as
+    the simulator.
     """
     holdings = snap.holdings()
     ordered = order_jobs(list(snap.pending), policy, snap.now, _fair(snap, holdings))  # 1.
     p = _new_pass(snap, policy, holdings)  # 2. snapshot
     p.reservations = list(reservations)
-    p.estimates_left = policy.estimate_waits
+    p.estimates_left = policy.estimate_waits if explain else 0
     for position, job in enumerate(ordered):
         upcoming = tuple(j.gang for j in ordered[position + 1 : policy.lookahead][:WINDOW])
         _consider(p, job, position, upcoming=upcoming)  # 3-8, one job at a time
@@ -141,7 +146,7 @@ def run_cycle(
         evictions=tuple(p.evictions),
         resizes=tuple(resizes),
         reservations=tuple(p.reservations),
-        waiting=tuple(fill_estimates(p.waiting, jobs, p.work, p.now)),
+        waiting=tuple(fill_estimates(p.waiting, jobs, p.work, p.now) if explain else p.waiting),
     )
 
 
@@ -156,7 +161,10 @@ def schedule_arrival(
     p.estimates_left = 1
     _consider(p, job, len(snap.pending), may_reserve=False)
     return CycleResult(
-        binds=tuple(p.binds), waiting=tuple(p.waiting), reservations=tuple(p.reservations)
+        binds=tuple(p.binds),
+        evictions=tuple(p.evictions),
+        waiting=tuple(p.waiting),
+        reservations=tuple(p.reservations),
     )
 
 

@@ -98,8 +98,9 @@ def action_line(action: Action, job: Job, now: float) -> str:
             f"(elastic: keeps its progress){_tag(action, job)}"
         )
     since, what = run.start_time, "start"
-    if run.last_checkpoint is not None:
-        since, what = run.last_checkpoint, "checkpoint"
+    saved = run.checkpoint_before(now)
+    if saved is not None:
+        since, what = saved, "checkpoint"
     return (
         f"{cand.id}: {_gpus(run.gpus)} x ({span(max(now - since, 0.0))} since {what} + "
         f"{span(restart)} restart) = {gpu_hours(action.lost)} GPU-hours{_tag(action, job)}"

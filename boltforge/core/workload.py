@@ -69,9 +69,20 @@ class Running:
         runtime = self.job.expected_runtime()
         return None if runtime is None else self.start_time + runtime
 
+    def checkpoint_before(self, now: float) -> float | None:
+        """The last checkpoint at or before ``now``: the recorded one, else the last tick of
+        the job's checkpoint interval since it started (None: it has never checkpointed)."""
+        if self.last_checkpoint is not None:
+            return self.last_checkpoint
+        every = self.job.checkpoint_interval
+        if every is None or every <= 0 or now < self.start_time + every:
+            return None
+        return self.start_time + every * ((now - self.start_time) // every)
+
     def lost_gpu_seconds(self, now: float) -> float:
         """GPU-seconds lost if evicted at ``now``: work since the last checkpoint, plus restart."""
-        since = self.last_checkpoint if self.last_checkpoint is not None else self.start_time
+        saved = self.checkpoint_before(now)
+        since = saved if saved is not None else self.start_time
         return self.gpus * (max(now - since, 0.0) + self.job.restart_overhead)
 
 

@@ -1,0 +1,388 @@
+"""Discrete-event replay of a trace through the scheduling core, on a simulated clock.
+
+The engine owns the simulated world (the fleet state, who runs where, what each job has left to
+do) and asks ``core.cycle`` what to do, exactly as the control plane does: an arrival gets the
+incremental pass (``schedule_arrival``); anything that frees capacity (a completion, a failure,
+a repaired host) and the optional interval tick get a full pass (``run_cycle``). Events that
+fall on the same instant are applied together before the scheduler runs once. Evictions are
+applied before binds. Nothing reads the wall clock or a global random state: the same trace,
+fleet, configuration and seed give the same result.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from enum import IntEnum
+
+import numpy as np
+
+from boltforge.core.answers import Placement
+from boltforge.core.cycle import Snapshot, run_cycle, schedule_arrival
+from boltforge.core.decisions import CycleResult, Reserve
+from boltforge.core.fairshare import decay
+from boltforge.core.fragmentation import measure
+from boltforge.core.modes import fits_empty, shape_of
+from boltforge.core.placement import place_gang
+from boltforge.core.policy import Ordering, Policy
+from boltforge.core.quota import lineage
+from boltforge.core.state import FleetState
+from boltforge.core.topology import TopologyTree
+from boltforge.core.workload import Job, Running, Usage
+from boltforge.sim.execution import Segment, finished, interrupted, slowdown
+from boltforge.sim.jobs import to_job
+from boltforge.sim.records import JobRecord, Sample, SimResult, TraceJob
+
+Progress = Callable[[int, int], None]  # (jobs done or dropped, jobs in the trace)
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """How the simulated fleet behaves.
+
+    ``failures_per_1000_gpu_day``: host failures per 1,000 GPUs per day (1-4 is typical at
+    scale); a failed host is repaired after ``repair_s``. ``interval_s``: also run a full pass
+    on this period (None: on events only). ``usage_refresh_s``: how often fair-share usage is
+    brought forward.
+    """
+
+    policy: Policy
+    seed: int = 0
+    checkpoint_interval_s: float = 1800.0
+    restart_overhead_s: float = 120.0
+    failures_per_1000_gpu_day: float = 2.0
+    repair_s: float = 6 * 3600.0
+    interval_s: float | None = None
+    usage_refresh_s: float = 600.0
+
+
+class Kind(IntEnum):
+    """Event kinds, in the order they are applied when they share an instant."""
+
+    FINISH = 0
+    REPAIR = 1
+    FAILURE = 2
+    ARRIVAL = 3
+    TICK = 4
+
+
+@dataclass(slots=True)
+class _Live:
+    run: Running
+    segment: Segment
+    token: int
+
+
+class Simulation:
+    """One policy over one trace on one fleet; ``run`` returns the ``SimResult``."""
+
+    def __init__(
+        self,
+        tree: TopologyTree,
+        trace: list[TraceJob],
+        config: SimConfig,
+        progress: Progress | None = None,
+    ) -> None:
+        self.tree, self.config, self.progress = tree, config, progress
+        self.policy = config.policy
+        self.state = FleetState(tree)
+        self.rng = np.random.default_rng(config.seed)
+        self.trace = trace
+        self.records = {
+            t.id: JobRecord(t.id, t.team, t.gpus, t.submit_s, t.duration_s) for t in trace
+        }
+        self.remaining = {t.id: t.duration_s for t in trace}
+        self.pending: dict[str, Job] = {}
+        self.live: dict[str, _Live] = {}
+        self.last_preempted: dict[str, float] = {}
+        self.reservations: tuple[Reserve, ...] = ()
+        self.recent: list[tuple[float, int]] = []
+        self.usage = Usage()
+        self.accrued: dict[str, float] = {}
+        self.ideal: dict[object, Placement | None] = {}
+        self.events: list[tuple[float, int, int, str]] = []
+        self.seq = 0
+        self.arrivals_left = 0
+        self.repairs_left = 0
+        self.prices = {pool.name: pool.price_per_gpu_hour for pool in tree.pools}
+        self.now = 0.0
+        self.done = 0
+        self.productive_rate = 0.0
+        self.result = SimResult(config.policy.name, tree.name, tree.total_gpus, seed=config.seed)
+
+    # -- events --------------------------------------------------------------------------
+
+    def _push(self, t: float, kind: Kind, key: str = "") -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, int(kind), self.seq, key))
+
+    def run(self) -> SimResult:
+        """Replay every job; stop when no event is left."""
+        host_gpus = int(self.tree.host_gpus.max(initial=0))
+        jobs = {
+            t.id: to_job(
+                t, host_gpus, self.config.checkpoint_interval_s, self.config.restart_overhead_s
+            )
+            for t in self.trace
+        }
+        self.jobs = jobs
+        for t in self.trace:
+            self._push(t.submit_s, Kind.ARRIVAL, t.id)
+        self._schedule_failure(self.trace[0].submit_s if self.trace else 0.0)
+        if self.config.interval_s:
+            self._push(self.config.interval_s, Kind.TICK)
+        self.arrivals_left = len(self.trace)
+        while self.events and self._can_progress():
+            self._step()
+        self.result.jobs = list(self.records.values())
+        return self.result
+
+    def _can_progress(self) -> bool:
+        """Whether any job may still finish: something runs, arrives, or a host comes back."""
+        if self.done >= len(self.trace):
+            return False
+        return bool(self.live) or self.arrivals_left > 0 or self.repairs_left > 0
+
+    def _step(self) -> None:
+        t = self.events[0][0]
+        self.now = t
+        freed, arrived, tick = False, [], False
+        while self.events and self.events[0][0] == t:
+            _, kind, seq, key = heapq.heappop(self.events)
+            self.result.events += 1
+            if kind == Kind.ARRIVAL:
+                self.arrivals_left -= 1
+                arrived.append(key)
+            elif kind == Kind.FINISH:
+                freed |= self._finish(key, seq)
+            elif kind == Kind.FAILURE:
+                freed |= self._fail()
+            elif kind == Kind.REPAIR:
+                self.repairs_left -= 1
+                self.state.cordoned[int(key)] = False
+                freed = True
+            else:
+                tick = True
+                if self.config.interval_s and self.done < len(self.trace):
+                    self._push(t + self.config.interval_s, Kind.TICK)
+        self._admit(arrived)
+        if (freed or tick) and self.pending:
+            self._full_pass()
+        elif arrived:
+            self._arrivals([a for a in arrived if a in self.pending])
+        self._sample()
+
+    # -- arrivals and passes -------------------------------------------------------------
+
+    def _admit(self, arrived: list[str]) -> None:
+        """Queue the arrivals; a job that cannot fit even the empty fleet is dropped."""
+        for key in arrived:
+            job = self.jobs[key]
+            if fits_empty(self.tree, job.gang):
+                self.pending[key] = job
+            else:
+                self._drop()
+
+    def _arrivals(self, arrived: list[str]) -> None:
+        """Incremental passes for new jobs. Under strict order nothing can start while older
+        jobs wait (nothing was freed), and simultaneous arrivals get one full pass in order."""
+        if self.policy.strict_order:
+            if len(self.pending) == len(arrived):
+                self._full_pass()
+            return
+        for key in arrived:
+            job = self.pending[key]
+            others = tuple(j for k, j in self.pending.items() if k != key)
+            self._apply(
+                schedule_arrival(self._snapshot(others), job, self.policy, self.reservations)
+            )
+
+    def _full_pass(self) -> None:
+        self._refresh_usage()
+        snap = self._snapshot(tuple(self.pending.values()))
+        result = run_cycle(snap, self.policy, explain=False)
+        self.reservations = result.reservations
+        self._apply(result)
+
+    def _snapshot(self, pending: tuple[Job, ...]) -> Snapshot:
+        window = self.policy.preempt_rules.churn_window_s
+        self.recent = [(t, g) for t, g in self.recent if self.now - t < window]
+        running = tuple(live.run for live in self.live.values())
+        return Snapshot(
+            self.state,
+            pending,
+            running,
+            self.now,
+            usage=self.usage,
+            recent_preemptions=tuple(self.recent),
+        )
+
+    def _apply(self, result: CycleResult) -> None:
+        self.result.cycles += 1
+        for ev in result.evictions:
+            if ev.job in self.live:
+                self._interrupt(ev.job, preempted=True)
+        for bind in result.binds:
+            self._start(bind.job, bind.placement)
+
+    # -- job lifecycle -------------------------------------------------------------------
+
+    def _start(self, key: str, placement: Placement) -> None:
+        job = self.pending.pop(key)
+        record = self.records[key]
+        warmup = self.config.restart_overhead_s if record.start_s is not None else 0.0
+        if record.start_s is None:
+            record.start_s = self.now
+        factor = slowdown(placement, self._ideal(job))
+        record.slowdown = factor
+        limit = job.expected_runtime()
+        end = self.now + limit if limit is not None else None
+        self.state.allocate(placement.allocation(end, job.priority))
+        run = Running(
+            job, self.state.allocations[key], self.now, None, self.last_preempted.get(key)
+        )
+        segment = Segment(self.now, job.gpus, factor, warmup)
+        self.seq += 1
+        self.live[key] = _Live(run, segment, self.seq)
+        self.productive_rate += job.gpus / factor
+        heapq.heappush(
+            self.events,
+            (segment.finish_time(self.remaining[key]), int(Kind.FINISH), self.seq, key),
+        )
+
+    def _ideal(self, job: Job) -> Placement | None:
+        shape = shape_of(job.gang)
+        if shape not in self.ideal:
+            self.ideal[shape] = place_gang(FleetState(self.tree), job.gang)[0]
+        return self.ideal[shape]
+
+    def _finish(self, key: str, token: int) -> bool:
+        """A FINISH event; stale ones (the job was interrupted since) are ignored."""
+        live = self.live.get(key)
+        if live is None or token != live.token:
+            return False
+        self._stop(key)
+        out = finished(live.segment, self.now, self.remaining[key])
+        self._charge(key, live, out.allocated_gpu_s, out.productive_gpu_s, out.lost_gpu_s)
+        self.remaining[key] = 0.0
+        self.records[key].finish_s = self.now
+        self.done += 1
+        self._report()
+        return True
+
+    def _interrupt(self, key: str, preempted: bool) -> None:
+        live = self._stop(key)
+        out = interrupted(live.segment, self.now, self.config.checkpoint_interval_s)
+        self._charge(key, live, out.allocated_gpu_s, out.productive_gpu_s, out.lost_gpu_s)
+        self.remaining[key] = max(self.remaining[key] - out.work_s, 0.0)
+        record = self.records[key]
+        job = live.run.job
+        if preempted:
+            record.preemptions += 1
+            self.last_preempted[key] = self.now
+            self.recent.append((self.now, job.gpus))
+        else:
+            record.failures += 1
+        attained = job.attained_gpu_seconds + out.allocated_gpu_s
+        self.pending[key] = replace(job, attained_gpu_seconds=attained)
+
+    def _stop(self, key: str) -> _Live:
+        live = self.live.pop(key)
+        self.state.release(key)
+        self.productive_rate -= live.segment.gpus / live.segment.slowdown
+        return live
+
+    def _charge(self, key: str, live: _Live, held: float, useful: float, lost: float) -> None:
+        record = self.records[key]
+        record.allocated_gpu_s += held
+        record.productive_gpu_s += useful
+        record.lost_gpu_s += lost
+        pools: dict[str, int] = {}
+        for g in live.run.allocation.grants:
+            name = self.tree.pool_of(g.host).name
+            pools[name] = pools.get(name, 0) + len(g.gpus)
+        seconds = self.now - live.segment.start
+        for name, gpus in pools.items():
+            dollars = gpus * seconds * self.prices[name] / 3600.0
+            record.dollars += dollars
+            by_pool = self.result.dollars_by_pool
+            by_pool[name] = by_pool.get(name, 0.0) + dollars
+        queue = live.run.job.queue
+        since = max(self.usage.as_of, live.segment.start)
+        self.accrued[queue] = self.accrued.get(queue, 0.0) + live.segment.gpus * max(
+            self.now - since, 0.0
+        )
+
+    def _drop(self) -> None:
+        self.done += 1
+        self._report()
+
+    def _report(self) -> None:
+        if self.progress is not None and (self.done % 250 == 0 or self.done == len(self.trace)):
+            self.progress(self.done, len(self.trace))
+
+    # -- failures ------------------------------------------------------------------------
+
+    def _schedule_failure(self, after: float) -> None:
+        rate = self.config.failures_per_1000_gpu_day * self.tree.total_gpus / 1000.0 / 86400.0
+        if rate > 0:
+            self._push(after + float(self.rng.exponential(1.0 / rate)), Kind.FAILURE)
+
+    def _fail(self) -> bool:
+        """A random healthy GPU host fails: its jobs lose work since their last checkpoint and
+        requeue; the host is out until repaired."""
+        self._schedule_failure(self.now)
+        healthy = np.flatnonzero((self.tree.host_gpus > 0) & ~self.state.cordoned)
+        if healthy.size == 0:
+            return False
+        host = int(healthy[int(self.rng.integers(healthy.size))])
+        hit = [
+            k
+            for k, live in self.live.items()
+            if any(g.host == host for g in live.run.allocation.grants)
+        ]
+        for key in hit:
+            self._interrupt(key, preempted=False)
+        self.state.cordoned[host] = True
+        self.repairs_left += 1
+        self._push(self.now + self.config.repair_s, Kind.REPAIR, str(host))
+        return bool(hit)
+
+    # -- fair share and samples ----------------------------------------------------------
+
+    def _refresh_usage(self) -> None:
+        if self.policy.ordering != Ordering.FAIR:
+            return
+        if self.now - self.usage.as_of < self.config.usage_refresh_s:
+            return
+        running = [live.run for live in self.live.values()]
+        usage = decay(self.usage, self.now, self.policy.half_life_s, running)
+        merged = dict(usage.by_queue)
+        for queue, gpu_s in self.accrued.items():
+            for q in lineage(queue):
+                merged[q] = merged.get(q, 0.0) + gpu_s
+        self.accrued = {}
+        self.usage = Usage(merged, self.now)
+
+    def _sample(self) -> None:
+        allocated = self.tree.total_gpus - int(self.state.host_free.sum())
+        self.result.samples.append(
+            Sample(
+                self.now,
+                allocated,
+                self.productive_rate,
+                len(self.pending),
+                measure(self.state).index,
+            )
+        )
+
+
+def simulate(
+    tree: TopologyTree,
+    trace: list[TraceJob],
+    config: SimConfig,
+    progress: Progress | None = None,
+) -> SimResult:
+    """Replay ``trace`` on ``tree`` under ``config`` (see ``Simulation``)."""
+    return Simulation(tree, trace, config, progress).run()

@@ -1,0 +1,101 @@
+"""How fast a job runs where it was placed, and what an interruption costs it.
+
+**Speed.** A job on one host runs at full speed wherever its GPUs sit. A job spanning hosts
+runs its collectives over the widest link it crosses: its step time, relative to running on the
+tightest domain the empty fleet would give it, is ``SPEED[widest] / SPEED[ideal]`` with
+
+====================  =====
+widest level crossed  step
+====================  =====
+host or rack          1.0
+pod (across racks)    1.5
+spine (across pods)   2.2
+====================  =====
+
+calibrated to published step times for data-parallel training (ideal 1.0x, a first-fit
+placement that scatters across racks about 1.5x, split across pods about 2.2x). Replicas off
+their network rail add ``OFF_RAIL`` per misaligned replica share.
+
+**Interruptions.** A run segment starts at ``start``; a resumed job first spends the restart
+overhead (reload and warm-up) making no progress. The job checkpoints every
+``checkpoint_interval`` seconds from the segment start (as ``Running.checkpoint_before``
+prices it). Preempted or failed at ``t``, it keeps the progress made up to its last checkpoint
+and loses the rest and the restart time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from boltforge.core.answers import Placement
+
+SPEED = {"host": 1.0, "rack": 1.0, "pod": 1.5, "spine": 2.2}
+OFF_RAIL = 0.1
+
+
+def widest(placement: Placement) -> str:
+    """The widest level a placement's rings cross: host, rack, pod or spine."""
+    hops = placement.cost.hops
+    for level in ("spine", "pod", "rack"):
+        if hops.get(level, 0) > 0:
+            return level
+    return "host"
+
+
+def slowdown(placement: Placement, ideal: Placement | None) -> float:
+    """Step-time factor of ``placement`` against ``ideal`` (the empty fleet's placement)."""
+    base = SPEED[widest(ideal)] if ideal is not None else 1.0
+    factor = SPEED[widest(placement)] / base
+    replicas = sum(len(r.grants) for r in placement.roles)
+    if replicas > 1:
+        factor *= 1.0 + OFF_RAIL * placement.cost.hops.get("rail", 0) / replicas
+    return max(factor, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One uninterrupted run: when it started, how slow, how long before progress starts."""
+
+    start: float
+    gpus: int
+    slowdown: float
+    warmup: float
+
+    def finish_time(self, remaining_s: float) -> float:
+        """When it finishes ``remaining_s`` seconds of ideal work, if nothing interrupts it."""
+        return self.start + self.warmup + remaining_s * self.slowdown
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a segment produced: GPU-seconds held, useful, and thrown away; work kept (ideal
+    seconds)."""
+
+    allocated_gpu_s: float
+    productive_gpu_s: float
+    lost_gpu_s: float
+    work_s: float
+
+
+def finished(seg: Segment, end: float, remaining_s: float) -> Outcome:
+    """The segment ran to completion at ``end``: all remaining work counts."""
+    held = seg.gpus * (end - seg.start)
+    return Outcome(
+        held, seg.gpus * remaining_s, seg.gpus * min(seg.warmup, end - seg.start), remaining_s
+    )
+
+
+def interrupted(seg: Segment, end: float, checkpoint_interval: float | None) -> Outcome:
+    """The segment was stopped at ``end``: progress up to the last checkpoint is kept (none
+    without a checkpoint interval)."""
+    ran = max(end - seg.start, 0.0)
+    tick = 0.0
+    if checkpoint_interval is not None and checkpoint_interval > 0:
+        tick = checkpoint_interval * math.floor(ran / checkpoint_interval)
+    kept_wall = max(tick - seg.warmup, 0.0)
+    progress_wall = max(ran - seg.warmup, 0.0)
+    lost = seg.gpus * (min(seg.warmup, ran) + progress_wall - kept_wall)
+    return Outcome(
+        seg.gpus * ran, seg.gpus * kept_wall / seg.slowdown, lost, kept_wall / seg.slowdown
+    )

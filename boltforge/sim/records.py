@@ -1,0 +1,80 @@
+"""What a simulation reads and writes: trace jobs in, per-job records and samples out.
+
+These types are shared by the trace readers, the engine, the metrics and the report; they hold
+plain numbers so results serialize to JSON without conversion.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """One job of a trace: when it was submitted, how long it runs, what it asks for.
+
+    ``submit_s`` is seconds from the trace's start; ``duration_s`` the job's runtime when it
+    runs uninterrupted on an ideal placement; ``team`` the team charged (derived
+    deterministically when the trace has none).
+    """
+
+    id: str
+    submit_s: float
+    duration_s: float
+    gpus: int
+    team: str
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """What happened to one job in a simulation (times in simulated seconds).
+
+    ``start_s`` is the first start (None: never started), ``finish_s`` the completion (None:
+    unfinished when the simulation stopped). ``allocated_gpu_s`` counts every GPU-second the
+    job held; ``productive_gpu_s`` only the work that counted (ideal-placement progress that
+    was not lost); ``lost_gpu_s`` work thrown away by preemptions and failures, restarts
+    included. ``dollars`` is ``allocated_gpu_s`` at each pool's price.
+    """
+
+    id: str
+    team: str
+    gpus: int
+    submit_s: float
+    duration_s: float
+    start_s: float | None = None
+    finish_s: float | None = None
+    preemptions: int = 0
+    failures: int = 0
+    allocated_gpu_s: float = 0.0
+    productive_gpu_s: float = 0.0
+    lost_gpu_s: float = 0.0
+    dollars: float = 0.0
+    slowdown: float = 1.0  # placement slowdown of the last run (1.0 = ideal)
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """The fleet at one instant: GPUs allocated and doing useful work, queue length, and the
+    fragmentation index (0: free GPUs form whole blocks, 1: scattered)."""
+
+    t: float
+    allocated_gpus: int
+    productive_gpus: float
+    queued: int
+    fragmentation: float
+
+
+@dataclass(slots=True)
+class SimResult:
+    """One policy's run over one trace on one fleet."""
+
+    policy: str
+    fleet: str
+    total_gpus: int
+    jobs: list[JobRecord] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    dollars_by_pool: dict[str, float] = field(default_factory=dict)
+    events: int = 0
+    cycles: int = 0
+    wall_s: float = 0.0
+    seed: int = 0

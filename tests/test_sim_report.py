@@ -1,0 +1,116 @@
+"""The policy comparison report: plots, summary.json and a self-contained index.html."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from boltforge.sim.metrics import Metrics, compute
+from boltforge.sim.records import JobRecord, Sample, SimResult
+from boltforge.sim.report import COLUMNS, MAX_POINTS, comparison_rows, thin, write_report
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+PLOTS = ("utilization.png", "queue.png", "jct_cdf.png", "fragmentation.png")
+COMMAND = "bolt sim run --trace tiny.csv --policy fifo --policy tiresias --seed 7"
+
+
+def sim(policy: str, stretch: float, n_samples: int = 50) -> SimResult:
+    """A 16-GPU run of six jobs over two teams; ``stretch`` slows every finish down."""
+    jobs = [
+        JobRecord(
+            id=f"j{i}",
+            team="ml" if i % 2 else "infra",
+            gpus=2 + i,
+            submit_s=600.0 * i,
+            duration_s=3600.0 * (i + 1),
+            start_s=600.0 * i + 60,
+            finish_s=600.0 * i + 3600.0 * (i + 1) * stretch,
+            allocated_gpu_s=(2 + i) * 3600.0 * (i + 1) * stretch,
+            productive_gpu_s=(2 + i) * 3600.0 * (i + 1),
+            dollars=float(i),
+        )
+        for i in range(6)
+    ]
+    samples = [
+        Sample(t=900.0 * k, allocated_gpus=k % 16, productive_gpus=(k % 16) * 0.9, queued=k % 5,
+               fragmentation=(k % 10) / 10)
+        for k in range(n_samples)
+    ]  # fmt: skip
+    return SimResult(policy=policy, fleet="tiny", total_gpus=16, jobs=jobs, samples=samples)
+
+
+def build(results: dict[str, SimResult]) -> dict[str, Metrics]:
+    return {name: compute(r) for name, r in results.items()}
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One report written once for the module (rendering is the slow part)."""
+    tmp_path = tmp_path_factory.mktemp("report")
+    results = {"fifo": sim("fifo", 1.5), "tiresias": sim("tiresias", 1.1, n_samples=5000)}
+    return write_report(results, build(results), tmp_path / "out", "Tiny <trace>", COMMAND)
+
+
+def test_write_report_creates_four_non_empty_pngs(report: Path) -> None:
+    for name in PLOTS:
+        data = (report.parent / name).read_bytes()
+        assert data.startswith(PNG_MAGIC), name
+
+
+def test_write_report_returns_index_html_in_a_created_folder(report: Path) -> None:
+    assert report.name == "index.html" and report.is_file()
+
+
+def test_summary_json_holds_every_policy_the_title_and_the_command(report: Path) -> None:
+    summary = json.loads((report.parent / "summary.json").read_text(encoding="utf-8"))
+    assert set(summary["policies"]) == {"fifo", "tiresias"}
+    assert summary["title"] == "Tiny <trace>"
+    assert summary["command"] == COMMAND
+    assert summary["policies"]["fifo"]["finished"] == 6
+
+
+def test_index_html_names_every_policy_and_the_command_and_links_nothing_external(
+    report: Path,
+) -> None:
+    page = report.read_text(encoding="utf-8")
+    assert "fifo" in page and "tiresias" in page
+    assert f"<pre>{COMMAND}</pre>" in page
+    assert "http://" not in page and "https://" not in page
+    for name in PLOTS:
+        assert f'src="{name}"' in page
+
+
+def test_index_html_escapes_text(report: Path) -> None:
+    page = report.read_text(encoding="utf-8")
+    assert "Tiny &lt;trace&gt;" in page and "<trace>" not in page
+
+
+def test_index_html_has_a_collapsed_team_table_per_policy(report: Path) -> None:
+    page = report.read_text(encoding="utf-8")
+    assert page.count("<details>") == 2
+    assert "infra" in page and "ml" in page
+
+
+def test_comparison_rows_have_stable_keys_and_formatted_values() -> None:
+    results = {"fifo": sim("fifo", 1.5)}
+    (row,) = comparison_rows(build(results))
+    assert list(row) == [key for key, _ in COLUMNS]
+    assert row["policy"] == "fifo" and row["jobs"] == "6" and row["finished"] == "6"
+    assert all(isinstance(v, str) and v for v in row.values())
+
+
+def test_empty_results_still_produce_a_report(tmp_path: Path) -> None:
+    results = {"idle": SimResult(policy="idle", fleet="none", total_gpus=0)}
+    index = write_report(results, build(results), tmp_path, "empty", "bolt sim run")
+    for name in PLOTS:
+        assert (tmp_path / name).read_bytes().startswith(PNG_MAGIC)
+    assert "idle" in index.read_text(encoding="utf-8")
+
+
+def test_long_series_are_thinned_to_at_most_max_points_keeping_both_ends() -> None:
+    keep = thin(100_000)
+    assert len(keep) <= MAX_POINTS
+    assert keep[0] == 0 and keep[-1] == 99_999
+    assert list(thin(3)) == [0, 1, 2]
