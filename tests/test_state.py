@@ -6,7 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from boltforge.core.state import FleetState
+from boltforge.core.state import Allocation, FleetState, Grant
+from boltforge.core.topology import HostLayout, TopologyTree
 from boltforge.testing.builders import make_fleet, make_pool, occupy
 
 FLEET = make_fleet(
@@ -19,12 +20,18 @@ def recount(state: FleetState) -> dict[str, np.ndarray]:
     tree = state.tree
     island = np.einsum("hg,hgi->hi", state.free.astype(np.int64), tree.island_onehot)
     host = state.free.sum(axis=1)
+    rack = np.bincount(tree.host_rack, weights=host, minlength=len(tree.rack_names))
+    pod = np.bincount(tree.host_pod, weights=host, minlength=len(tree.pod_names))
+    spans = tree.fit_spans
     return {
         "island_free": island,
         "island_max": island.max(axis=1, initial=0),
         "host_free": host,
-        "rack_free": np.bincount(tree.host_rack, weights=host, minlength=len(tree.rack_names)),
-        "pod_free": np.bincount(tree.host_pod, weights=host, minlength=len(tree.pod_names)),
+        "rack_free": rack,
+        "pod_free": pod,
+        "fit_key": host * spans.rack * spans.pod
+        + rack[tree.host_rack] * spans.pod
+        + pod[tree.host_pod],
     }
 
 
@@ -60,3 +67,15 @@ def test_copies_do_not_share_counters() -> None:
     assert_consistent(state)
     assert_consistent(copy)
     assert copy.free_gpus == FLEET.total_gpus and state.free_gpus < FLEET.total_gpus
+
+
+def test_counters_stay_exact_when_a_rack_s_hosts_are_not_numbered_together() -> None:
+    pool = FLEET.pools[0]
+    layout = [HostLayout(f"h{i}", 0, f"p{i % 2}", f"r{i % 3}") for i in range(6)]
+    tree = TopologyTree.build("interleaved", (pool,), layout)
+    state = FleetState(tree)
+    state.allocate(Allocation("a", (Grant("w", 0, 4, (0, 1, 2)),)))
+    state.allocate(Allocation("b", (Grant("w", 0, 1, (5,)), Grant("w", 1, 3, (0,)))))
+    assert_consistent(state)
+    state.release("a")
+    assert_consistent(state)

@@ -59,12 +59,12 @@ def role_cost(tree: TopologyTree, grants: list[Grant]) -> CostBreakdown:
 
 def one_host_cost(tree: TopologyTree, host: int, gpus: tuple[int, ...]) -> CostBreakdown:
     """Cost of one replica's ring on one host: NVLink hops inside islands, host hops between."""
-    islands = len(set(tree.gpu_island[host, list(gpus)].tolist()))
-    hops = dict.fromkeys(LEVEL_KEYS, 0)
-    hops["nvlink"] = len(gpus) - islands
-    hops["host"] = islands - 1
+    island_of = tree.host_lists.island[host]
+    islands = len({island_of[g] for g in gpus})
+    nvlink, host_hops = len(gpus) - islands, islands - 1
+    hops = {"nvlink": nvlink, "host": host_hops, "rack": 0, "pod": 0, "spine": 0, "rail": 0}
     w = tree.weights
-    return CostBreakdown(hops, hops["nvlink"] * float(w.nvlink) + hops["host"] * float(w.host))
+    return CostBreakdown(hops, nvlink * float(w.nvlink) + host_hops * float(w.host))
 
 
 def misaligned_replicas(grants: list[Grant]) -> int:

@@ -330,9 +330,10 @@ def _admit(p: _Pass, job: Job, placement: Placement) -> Verdict:
 def gpus_by_pool(tree: TopologyTree, grants: Iterable[Grant]) -> dict[str, int]:
     """GPUs per pool name held by ``grants`` (what quotas count)."""
     out: dict[str, int] = {}
+    pool_name = tree.host_lists.pool_name
     for g in grants:
         if g.gpus:
-            name = tree.pool_of(g.host).name
+            name = pool_name[g.host]
             out[name] = out.get(name, 0) + len(g.gpus)
     return out
 

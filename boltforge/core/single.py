@@ -13,6 +13,7 @@ from boltforge.core.state import FleetState, Grant
 from boltforge.core.topology import BoolArray, IntArray, TopologyTree
 
 _EPS = 1e-9
+_NO_ROOM = np.iinfo(np.int64).max
 
 
 def plan_single(
@@ -25,17 +26,17 @@ def plan_single(
     rack, then in its pod (best fit keeps empty hosts, racks and pods whole). With ``cap ==
     ISLAND`` only a single NVLink island may hold it. The two runners-up are the alternatives.
     """
-    hosts = _hosts_with_room(state, role, eligible, cap == Level.ISLAND)
-    if hosts.size == 0:
+    ok = _room(state, role, eligible, cap == Level.ISLAND)
+    islands = _islands_needed(state, ok, role.gpus)
+    best = _best_three(state, ok, islands)
+    if not best:
         return None
-    islands = _islands_needed(state, hosts, role.gpus)
-    best = _best_three(state, hosts, islands, role.gpus)
     tree = state.tree
-    host = int(hosts[best[0]])
+    host = best[0]
     grants = [Grant(role.name, 0, host, replica_gpus(state, host, role), role.cpus, role.memory_gb)]
     alternatives = tuple(
-        Alternative(Level.HOST, tree.hosts[int(h)].name, _ring(tree, role.gpus, int(n)), 1)
-        for h, n in zip(hosts[best[1:]], islands[best[1:]], strict=True)
+        Alternative(Level.HOST, tree.hosts[h].name, _ring(tree, role.gpus, _at(islands, h)), 1)
+        for h in best[1:]
     )
     level = Level.ISLAND if cap == Level.ISLAND else Level.HOST
     return RolePlan(
@@ -49,7 +50,8 @@ def plan_single(
     )
 
 
-def _hosts_with_room(state: FleetState, role: Role, eligible: BoolArray, island: bool) -> IntArray:
+def _room(state: FleetState, role: Role, eligible: BoolArray, island: bool) -> BoolArray:
+    """Mask of the eligible, uncordoned hosts that can hold one replica of ``role``."""
     g, t = role.gpus, role.tensor_parallel
     if island:
         ok = state.island_max >= g
@@ -62,17 +64,25 @@ def _hosts_with_room(state: FleetState, role: Role, eligible: BoolArray, island:
         ok &= state.free_cpus >= role.cpus * (1 - _EPS)
     if role.memory_gb > 0:
         ok &= state.free_memory >= role.memory_gb * (1 - _EPS)
-    return np.flatnonzero(ok)
+    return ok
 
 
-def _islands_needed(state: FleetState, hosts: IntArray, g: int) -> IntArray:
-    """NVLink islands one replica of ``g`` GPUs spans on each host, packed into the fewest."""
-    islands = np.ones(hosts.size, dtype=np.int64)
-    spill = np.flatnonzero(state.island_max[hosts] < g) if g else hosts[:0]
-    if spill.size:
-        covered = np.cumsum(-np.sort(-state.island_free[hosts[spill]], axis=1), axis=1)
-        islands[spill] = (covered < g).sum(axis=1) + 1
+def _islands_needed(state: FleetState, ok: BoolArray, g: int) -> IntArray | None:
+    """Per host, the NVLink islands one replica of ``g`` GPUs spans there, packed into the
+    fewest (1 on hosts outside ``ok``); None when one island holds it on every ``ok`` host."""
+    short = state.island_max < g
+    short &= ok
+    spill = np.flatnonzero(short)
+    if not spill.size:
+        return None
+    islands = np.ones(ok.size, dtype=np.int64)
+    covered = np.cumsum(-np.sort(-state.island_free[spill], axis=1), axis=1)
+    islands[spill] = (covered < g).sum(axis=1) + 1
     return islands
+
+
+def _at(islands: IntArray | None, host: int) -> int:
+    return 1 if islands is None else int(islands[host])
 
 
 def _ring(tree: TopologyTree, g: int, islands: int) -> float:
@@ -83,20 +93,27 @@ def _ring(tree: TopologyTree, g: int, islands: int) -> float:
     return float((g - islands) * w.nvlink + (islands - 1) * w.host)
 
 
-def _best_three(state: FleetState, hosts: IntArray, islands: IntArray, g: int) -> IntArray:
-    """Positions in ``hosts`` of the three best, best first: the cheapest ring inside the host
-    (the fewest islands spanned, when a host hop costs more than an NVLink hop), then the
-    fewest GPUs left on the host, in its rack, in its pod, then the lowest index."""
+def _best_three(state: FleetState, ok: BoolArray, islands: IntArray | None) -> list[int]:
+    """The three best hosts among ``ok``, best first: the cheapest ring inside the host, then
+    the fewest GPUs left on the host, in its rack, in its pod (``FleetState.fit_key``), then
+    the lowest index. A ring over ``n`` islands costs ``(g - n)·nvlink + (n - 1)·host``, so
+    it grows with ``n`` when a host hop costs more than an NVLink hop, shrinks when it costs
+    less, and is the same for every host when they are equal (or ``islands`` is None)."""
     tree = state.tree
-    w = tree.weights
-    ring = islands if w.host > w.nvlink else (g - islands) * w.nvlink + (islands - 1) * w.host
-    keys = (
-        state.pod_free[tree.host_pod[hosts]],
-        state.rack_free[tree.host_rack[hosts]],
-        state.host_free[hosts],
-        ring,
-    )
-    return np.lexsort(keys)[:3]
+    spans, w = tree.fit_spans, tree.weights
+    key = state.fit_key
+    if islands is not None and w.host != w.nvlink:
+        rank = islands - 1 if w.host > w.nvlink else spans.islands - islands
+        key = key + rank * spans.ring_weight
+    key = np.where(ok, key, _NO_ROOM)
+    best: list[int] = []
+    for _ in range(3):
+        h = int(key.argmin())
+        if key[h] == _NO_ROOM:
+            break
+        best.append(h)
+        key[h] = _NO_ROOM
+    return best
 
 
 def plan_on_host(state: FleetState, role: Role, host: int, gpu_type: str) -> RolePlan | None:
@@ -147,5 +164,7 @@ def replica_gpus(state: FleetState, host: int, role: Role) -> tuple[int, ...]:
         (gpus,) = select_gpus(state.free[host].copy(), state.tree.gpu_island[host], 1, role)
         return gpus
     island = min(fitting)[1]
-    free = np.flatnonzero(state.free[host] & (state.tree.gpu_island[host] == island))
-    return tuple(free[:g].tolist())
+    island_of = state.tree.host_lists.island[host]
+    free = state.free[host].tolist()
+    chosen = [gpu for gpu, ok in enumerate(free) if ok and island_of[gpu] == island]
+    return tuple(chosen[:g])

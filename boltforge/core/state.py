@@ -46,13 +46,18 @@ class FleetState:
     keep the arrays and the allocation table consistent; ``copy`` is cheap, so what-if questions
     work on a copy and leave the original untouched. ``island_free[h, i]`` (free GPUs per NVLink
     island) is kept in step by ``allocate`` and ``release``, and so are ``host_free``,
-    ``island_max`` (largest free island per host), ``rack_free`` and ``pod_free``; change
-    ``free`` only through them.
+    ``island_max`` (largest free island per host), ``rack_free``, ``pod_free`` and
+    ``fit_key``; change ``free`` only through them.
+
+    ``fit_key[h]`` packs the free GPUs on host ``h``, in its rack and in its pod into one
+    integer (``TopologyTree.fit_spans``), so the tightest host is an ``argmin`` away: best fit
+    orders hosts by exactly these three counts.
     """
 
     __slots__ = (
         "allocations",
         "cordoned",
+        "fit_key",
         "free",
         "free_cpus",
         "free_memory",
@@ -80,6 +85,13 @@ class FleetState:
         self.pod_free: IntArray = np.bincount(
             tree.host_pod, weights=tree.host_gpus, minlength=len(tree.pod_names)
         ).astype(np.int64)
+        self.fit_key: IntArray = self._fit_keys()
+
+    def _fit_keys(self) -> IntArray:
+        """``fit_key`` computed afresh from the per-host, rack and pod counts."""
+        tree, spans = self.tree, self.tree.fit_spans
+        rack = self.rack_free[tree.host_rack] * spans.pod
+        return self.host_free * spans.host_weight + rack + self.pod_free[tree.host_pod]
 
     def copy(self) -> FleetState:
         other = FleetState.__new__(FleetState)
@@ -94,6 +106,7 @@ class FleetState:
         other.island_max = self.island_max.copy()
         other.rack_free = self.rack_free.copy()
         other.pod_free = self.pod_free.copy()
+        other.fit_key = self.fit_key.copy()
         return other
 
     def free_gpus_per_host(self) -> IntArray:
@@ -139,38 +152,74 @@ class FleetState:
             self.host_free += np.bincount(hosts, minlength=len(self.host_free))
             self.rack_free += np.bincount(tree.host_rack[hosts], minlength=len(self.rack_free))
             self.pod_free += np.bincount(tree.host_pod[hosts], minlength=len(self.pod_free))
+            self.fit_key = self._fit_keys()
         for g in grants:
             self.free_cpus[g.host] += g.cpus
             self.free_memory[g.host] += g.memory_gb
 
     def _take(self, g: Grant, sign: int) -> None:
         """Give back (``sign`` +1) or take (-1) one grant's GPUs, CPUs and memory."""
+        h = g.host
         if g.gpus:
             gpus = list(g.gpus)
-            h, n = g.host, sign * len(gpus)
+            n = sign * len(gpus)
+            facts = self.tree.host_lists
             self.free[h, gpus] = sign > 0
             row = self.island_free[h]
-            for island in self.tree.gpu_island[h, gpus].tolist():
-                row[island] += sign
-            self.island_max[h] = row.max()
+            if len(row) == 1:
+                row[0] += n
+                self.island_max[h] = row[0]
+            else:
+                islands = facts.island[h]
+                counts = row.tolist()
+                for gpu in gpus:
+                    counts[islands[gpu]] += sign
+                row[:] = counts
+                self.island_max[h] = max(counts)
             self.host_free[h] += n
-            self.rack_free[self.tree.host_rack[h]] += n
-            self.pod_free[self.tree.host_pod[h]] += n
-        self.free_cpus[g.host] += sign * g.cpus
-        self.free_memory[g.host] += sign * g.memory_gb
+            rack, pod = facts.rack[h], facts.pod[h]
+            self.rack_free[rack] += n
+            self.pod_free[pod] += n
+            spans = self.tree.fit_spans
+            self.fit_key[h] += n * spans.host_weight
+            self.fit_key[facts.rack_members[rack]] += n * spans.pod
+            self.fit_key[facts.pod_members[pod]] += n
+        if g.cpus:
+            self.free_cpus[h] += sign * g.cpus
+        if g.memory_gb:
+            self.free_memory[h] += sign * g.memory_gb
 
     def _check(self, grants: tuple[Grant, ...]) -> None:
+        width = self.free.shape[1]
+        if len(grants) == 1:
+            g = grants[0]
+            free = self.free[g.host].tolist()
+            if len(set(g.gpus)) != len(g.gpus) or not all(
+                gpu < width and free[gpu] for gpu in g.gpus
+            ):
+                self._conflict(g)
+            if (
+                g.cpus > self.free_cpus[g.host] + 1e-9
+                or g.memory_gb > self.free_memory[g.host] + 1e-9
+            ):
+                raise Conflict(f"{self.tree.hosts[g.host].name} lacks the CPUs or memory asked for")
+            return
         seen: set[tuple[int, int]] = set()
         cpus: dict[int, float] = {}
         memory: dict[int, float] = {}
         for g in grants:
             for gpu in g.gpus:
-                if gpu >= self.free.shape[1] or not self.free[g.host, gpu] or (g.host, gpu) in seen:
-                    name = self.tree.hosts[g.host].name
-                    raise Conflict(f"GPU {gpu} of {name} is not free")
+                if gpu >= width or not self.free[g.host, gpu] or (g.host, gpu) in seen:
+                    self._conflict(g)
                 seen.add((g.host, gpu))
             cpus[g.host] = cpus.get(g.host, 0.0) + g.cpus
             memory[g.host] = memory.get(g.host, 0.0) + g.memory_gb
         for h, need in cpus.items():
             if need > self.free_cpus[h] + 1e-9 or memory[h] > self.free_memory[h] + 1e-9:
                 raise Conflict(f"{self.tree.hosts[h].name} lacks the CPUs or memory asked for")
+
+    def _conflict(self, g: Grant) -> None:
+        """Raise ``Conflict`` naming the first GPU of ``g`` that is not free."""
+        taken = [gpu for gpu in g.gpus if gpu >= self.free.shape[1] or not self.free[g.host, gpu]]
+        gpu = taken[0] if taken else g.gpus[0]
+        raise Conflict(f"GPU {gpu} of {self.tree.hosts[g.host].name} is not free")

@@ -66,6 +66,48 @@ class HostLayout:
     rack: str
 
 
+@dataclass(frozen=True, slots=True)
+class HostLists:
+    """Per-host facts as Python lists (indexing a list is far cheaper than a NumPy scalar)."""
+
+    rack: list[int]
+    pod: list[int]
+    island: list[list[int]]
+    pool_name: list[str]
+    rack_members: list[slice | IntArray]
+    pod_members: list[slice | IntArray]
+
+
+@dataclass(frozen=True, slots=True)
+class FitSpans:
+    """Radixes that pack (islands spanned, free GPUs on the host, in its rack, in its pod) into
+    one integer whose order is their lexicographic order: each is an exclusive upper bound."""
+
+    islands: int
+    host: int
+    rack: int
+    pod: int
+
+    @property
+    def host_weight(self) -> int:
+        return self.rack * self.pod
+
+    @property
+    def ring_weight(self) -> int:
+        return self.host * self.rack * self.pod
+
+
+def _members(column: IntArray, count: int) -> list[slice | IntArray]:
+    """The hosts of each domain: a slice when they are numbered consecutively (as layouts
+    list them), else their indices."""
+    out: list[slice | IntArray] = []
+    for d in range(count):
+        hosts = np.flatnonzero(column == d)
+        contiguous = hosts.size and hosts[-1] - hosts[0] + 1 == hosts.size
+        out.append(slice(int(hosts[0]), int(hosts[-1]) + 1) if contiguous else hosts)
+    return out
+
+
 def _padded(groups: list[list[int]]) -> IntArray:
     width = max((len(g) for g in groups), default=0)
     out = np.full((len(groups), max(width, 1)), -1, dtype=np.int64)
@@ -182,6 +224,30 @@ class TopologyTree:
         pool_type = np.array([p.gpu_type for p in self.pools])
         host_type = pool_type[self.host_pool] if len(self.hosts) else pool_type[:0]
         return {t: host_type == t for t in types}
+
+    @cached_property
+    def host_lists(self) -> HostLists:
+        """Per-host facts as Python lists, for hot loops that touch one host at a time."""
+        return HostLists(
+            rack=self.host_rack.tolist(),
+            pod=self.host_pod.tolist(),
+            island=self.gpu_island.tolist(),
+            pool_name=[self.pools[p].name for p in self.host_pool.tolist()],
+            rack_members=_members(self.host_rack, len(self.rack_names)),
+            pod_members=_members(self.host_pod, len(self.pod_names)),
+        )
+
+    @cached_property
+    def fit_spans(self) -> FitSpans:
+        """Radixes for ``FleetState.fit_key`` (see ``FitSpans``); raise ValueError for a fleet
+        whose pods are so large that the packed key would not fit in 63 bits."""
+        most = int(self.host_gpus.max(initial=0))
+        racks = np.bincount(self.host_rack, weights=self.host_gpus, minlength=1)
+        pods = np.bincount(self.host_pod, weights=self.host_gpus, minlength=1)
+        spans = FitSpans(most + 2, most + 1, int(racks.max()) + 1, int(pods.max()) + 1)
+        if spans.islands * spans.ring_weight >= 2**62:
+            raise ValueError(f"fleet {self.name}: pods too large to rank hosts by best fit")
+        return spans
 
     @property
     def total_gpus(self) -> int:
