@@ -12,6 +12,7 @@ from boltforge.core.fragmentation import Fragmentation, measure
 from boltforge.core.placement import Decision, Outcome
 from boltforge.core.state import FleetState
 from boltforge.core.topology import TopologyTree
+from boltforge.ranges import ranges
 
 
 def fragmentation_dict(f: Fragmentation) -> dict[str, Any]:
@@ -121,19 +122,6 @@ def _print_placement(console: Console, data: dict[str, Any]) -> None:
     )
 
 
-def _ranges(values: list[int]) -> str:
-    """``[0, 1, 2, 3, 6]`` -> ``0-3,6``."""
-    out: list[str] = []
-    for v in sorted(values):
-        if out and "-" not in out[-1] and int(out[-1]) == v - 1:
-            out[-1] = f"{out[-1]}-{v}"
-        elif out and "-" in out[-1] and int(out[-1].split("-")[1]) == v - 1:
-            out[-1] = f"{out[-1].split('-')[0]}-{v}"
-        else:
-            out.append(str(v))
-    return ",".join(out)
-
-
 def compact_nodes(nodes: dict[str, list[int]]) -> list[tuple[str, str]]:
     """Rows for a placement table: hosts of one rack with the same GPUs share a row.
 
@@ -142,7 +130,7 @@ def compact_nodes(nodes: dict[str, list[int]]) -> list[tuple[str, str]]:
     groups: dict[tuple[str, str], list[str]] = {}
     for host, gpus in nodes.items():
         prefix, _, suffix = host.rpartition("-h")
-        key = (prefix if suffix.isdigit() else host, _ranges(gpus) if gpus else "(CPU only)")
+        key = (prefix if suffix.isdigit() else host, ranges(gpus) if gpus else "(CPU only)")
         groups.setdefault(key, []).append(suffix if suffix.isdigit() else "")
     rows = []
     for (prefix, gpu_text), suffixes in groups.items():
@@ -150,7 +138,7 @@ def compact_nodes(nodes: dict[str, list[int]]) -> list[tuple[str, str]]:
             name = f"{prefix}-h{suffixes[0]}" if suffixes[0] else prefix
         else:
             width = len(suffixes[0])
-            spans = _ranges([int(s) for s in suffixes]).split(",")
+            spans = ranges([int(s) for s in suffixes]).split(",")
             name = (
                 prefix
                 + "-h["

@@ -156,6 +156,8 @@ class JobSpec(_Strict):
     pools: list[str] = []
     command: list[str] | str | None = None
     image: str | None = None
+    workdir: str | None = Field(None, max_length=4096)
+    env: dict[str, str] = {}
 
     @field_validator("gpus")
     @classmethod

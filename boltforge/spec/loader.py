@@ -19,6 +19,12 @@ def read_yaml(path: str | Path) -> Any:
         raise SpecError(str(p), [Problem("file", _MISSING, "does not exist")]) from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
         raise SpecError(str(p), [Problem("file", _MISSING, f"cannot be read: {e}")]) from None
+    return parse_yaml(text, str(p))
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """Load one YAML document from ``text``; syntax errors become a ``SpecError`` naming the
+    line and column."""
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -26,5 +32,5 @@ def read_yaml(path: str | Path) -> Any:
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
         problem = getattr(e, "problem", None) or str(e)
         raise SpecError(
-            str(p), [Problem(f"yaml ({where})", _MISSING, f"{problem}. To fix: correct the syntax")]
+            source, [Problem(f"yaml ({where})", _MISSING, f"{problem}. To fix: correct the syntax")]
         ) from None

@@ -1,0 +1,99 @@
+"""``bolt server``: the control plane (API, store and scheduling loop) in one process."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from platformdirs import user_data_dir
+from sqlalchemy import select
+
+from boltforge.cli.common import errors
+from boltforge.control.agents import LeaseTerms
+from boltforge.control.auth import new_token
+from boltforge.control.db import Database, default_url
+from boltforge.control.models import TokenRow
+from boltforge.control.runtime import ServerConfig
+from boltforge.core.policy import POLICIES
+from boltforge.core.victims import PreemptRules
+
+
+def server_command(
+    db: Annotated[
+        str | None,
+        typer.Option(
+            help="Store URL (default: SQLite under the user's data directory), e.g. "
+            "postgresql+psycopg://user@host/db."
+        ),
+    ] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8600,
+    policy: Annotated[str, typer.Option(help="Scheduling policy.")] = "default",
+    checkpoint_root: Annotated[
+        Path | None, typer.Option(help="Where jobs' checkpoint directories live.")
+    ] = None,
+    admin_token: Annotated[
+        str | None, typer.Option(envvar="BOLT_ADMIN_TOKEN", help="Admin token to accept.")
+    ] = None,
+    agent_token: Annotated[
+        str | None, typer.Option(envvar="BOLT_AGENT_TOKEN", help="Agent token to accept.")
+    ] = None,
+    min_runtime: Annotated[
+        float, typer.Option(help="Seconds a job runs before it may be preempted.")
+    ] = 600.0,
+    cooldown: Annotated[
+        float, typer.Option(help="Seconds a preempted job is protected from another preemption.")
+    ] = 3600.0,
+    churn: Annotated[
+        float, typer.Option(help="Largest share of the fleet's GPUs preempted per 10 minutes.")
+    ] = 0.05,
+    heartbeat: Annotated[float, typer.Option(help="Seconds between agent heartbeats.")] = 2.0,
+    lease: Annotated[float, typer.Option(help="Seconds of silence before a node is dead.")] = 15.0,
+) -> None:
+    """Run the control plane: the HTTP API, the store and the scheduling loop.
+
+    On a store with no admin token yet (and none given), one is made, printed once and saved
+    in the data directory (admin-token, readable by you only).
+    """
+    import uvicorn
+
+    from boltforge.control.app import create_app
+
+    if policy not in POLICIES:
+        errors.print(f"[bold red]error[/] --policy {policy!r}: known: {', '.join(POLICIES)}")
+        raise typer.Exit(2)
+    url = db or default_url()
+    home = Path(user_data_dir("boltforge"))
+    admin_token = admin_token or _first_admin_token(url, home)
+    config = ServerConfig(
+        db_url=url,
+        checkpoint_root=str(checkpoint_root or home / "checkpoints"),
+        policy=policy,
+        preempt=PreemptRules(min_runtime_s=min_runtime, cooldown_s=cooldown, churn_fraction=churn),
+        terms=LeaseTerms(heartbeat, max(3 * heartbeat, lease / 2), lease),
+        admin_token=admin_token,
+        agent_token=agent_token,
+    )
+    app = create_app(config)
+    uvicorn.run(app, host=host, port=port, log_level="warning", loop="uvloop", http="httptools")
+
+
+def _first_admin_token(url: str, home: Path) -> str | None:
+    """A new admin token when the store has none (printed and saved), else None."""
+    db = Database(url)
+    try:
+        db.migrate()
+        with db.session() as s:
+            if s.scalar(select(TokenRow).where(TokenRow.role == "admin").limit(1)) is not None:
+                return None
+    finally:
+        db.close()
+    token = new_token()
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / "admin-token"
+    path.write_text(token + "\n")
+    os.chmod(path, 0o600)
+    errors.print(f"admin token (saved in {path}): {token}", highlight=False)
+    return token

@@ -1,0 +1,249 @@
+"""A pass's decisions written to the store: evictions first, then binds, then why the rest
+wait. Nothing here talks to a node; the caller commits, then wakes the nodes it touched."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from boltforge.control.lifecycle import HOLDING, WAITING, record, transition
+from boltforge.control.models import JobRow, ReplicaRow, RunRow
+from boltforge.control.world import World
+from boltforge.core.decisions import Bind, CycleResult, Evict, Waiting
+from boltforge.core.explain import describe
+from boltforge.core.levels import Level
+from boltforge.core.state import Grant
+from boltforge.ranges import hostlist
+
+FIRST_PORT = 29500
+
+
+@dataclass
+class Touched:
+    """Nodes whose desired state changed and jobs whose timeline grew, to wake after commit."""
+
+    nodes: set[str] = field(default_factory=set)
+    jobs: set[str] = field(default_factory=set)
+
+    def __ior__(self, other: Touched) -> Touched:
+        self.nodes |= other.nodes
+        self.jobs |= other.jobs
+        return self
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What actuation needs to know about the site: where checkpoints live."""
+
+    checkpoint_root: str
+
+
+def apply(s: Session, world: World, result: CycleResult, settings: Settings) -> Touched:
+    """Write ``result``: evict (checkpoint signal to the victims' nodes), bind (replicas that
+    start once their GPUs are free), and every waiting job's reason, place and estimate."""
+    touched = Touched()
+    for ev in result.evictions:
+        touched |= evict(s, world, ev)
+    ports = _ports_in_use(world)
+    for b in result.binds:
+        touched |= bind(s, world, b, settings, ports)
+    for w in result.waiting:
+        _wait(world, w)
+    return touched
+
+
+def evict(s: Session, world: World, ev: Evict) -> Touched:
+    """Ask a victim's replicas to checkpoint and stop (a shrink stops it whole: it restarts at
+    the smaller size from its checkpoint)."""
+    row = world.rows.get(ev.job)
+    touched = Touched(jobs={ev.job})
+    if row is None or row.state not in HOLDING:
+        return touched
+    reps = world.replicas.get(ev.job, [])
+    grace = max((float(r.spec.get("grace_s", 30)) for r in reps), default=0.0)
+    what = "shrink" if ev.shrink_to is not None else "preempted"
+    message = (
+        f"{what} by job {ev.for_job}: checkpointing (grace {grace:.0f} s, "
+        f"{ev.lost_gpu_seconds / 3600:.2f} GPU-h since the last checkpoint)"
+    )
+    data = {"for": ev.for_job, "lost_gpu_s": ev.lost_gpu_seconds, "gpus": row.gpus}
+    transition(s, row, "preempting", world.now, message, "preempted", data)
+    row.preemptions += 1
+    row.last_preempted_at = world.now
+    touched |= stop_replicas(world, reps)
+    if not any(r.state == "stopping" for r in reps):
+        finish_stop(s, row, world.now, "requeued", "requeued (it had not started)")
+    return touched
+
+
+def stop_replicas(world: World, reps: list[ReplicaRow]) -> Touched:
+    """Tell the nodes to stop ``reps``; replicas that never started are dropped at once."""
+    touched = Touched()
+    for r in reps:
+        if r.state == "waiting":
+            r.state, r.exited_at = "exited", world.now
+        elif r.state in ("starting", "running"):
+            r.state, r.stop_requested_at = "stopping", world.now
+            world.nodes[r.node].desired_version += 1
+            touched.nodes.add(r.node)
+    return touched
+
+
+def finish_stop(s: Session, row: JobRow, at: float, state: str, message: str) -> None:
+    """Close the job's current run and move it to ``state`` (requeued, failed, ...)."""
+    close_run(s, row, at)
+    if row.state != state:
+        transition(s, row, state, at, message)
+
+
+def close_run(s: Session, row: JobRow, at: float) -> None:
+    run = s.query(RunRow).filter_by(job_id=row.id, epoch=row.epoch, ended_at=None).one_or_none()
+    if run is not None:
+        run.ended_at = at
+        row.attained_gpu_s += run.gpus * max(at - run.started_at, 0.0)
+
+
+def bind(s: Session, world: World, b: Bind, settings: Settings, ports: set[int]) -> Touched:
+    """Start a new allocation epoch for ``b.job``: one ``waiting`` replica per grant."""
+    row = world.rows.get(b.job)
+    if row is None or row.state not in WAITING:
+        return Touched()
+    tree = world.fleet.tree
+    row.epoch += 1
+    row.bound_at = world.now
+    row.borrowed = b.borrowed_gpus > 0
+    grants = [g for plan in b.placement.roles for g in plan.grants]
+    master = world.nodes[tree.hosts[grants[0].host].name].inventory.get("address", "127.0.0.1")
+    port = min(p for p in range(FIRST_PORT, FIRST_PORT + 10_000) if p not in ports)
+    ports.add(port)
+    hosts = [tree.hosts[g.host].name for g in grants]
+    for rank, g in enumerate(grants):
+        s.add(_replica(world, row, rank, g, hosts, master, port, settings))
+    gpus = sum(len(g.gpus) for g in grants)
+    price = sum(tree.pool_of(g.host).price_per_gpu_hour * len(g.gpus) for g in grants)
+    s.add(
+        RunRow(
+            job_id=row.id,
+            epoch=row.epoch,
+            queue=row.queue,
+            team=row.team,
+            gpus=gpus,
+            dollars_per_hour=price,
+            started_at=world.now,
+        )
+    )
+    summary = placement_summary(world, b)
+    row.explanation = [summary, *describe(tree, b.placement), *([b.note] if b.note else [])]
+    row.reason, row.position, row.estimated_start, row.waiting = "", None, None, []
+    resumed = " (resumes from its last checkpoint)" if row.epoch > 1 else ""
+    data = {"nodes": hostlist(hosts), "epoch": row.epoch, "gpus": gpus}
+    transition(s, row, "scheduled", world.now, f"placed: {summary}{resumed}", "placed", data)
+    if b.note:
+        record(s, row.id, world.now, "note", b.note)
+    return Touched(jobs={row.id})
+
+
+def placement_summary(world: World, b: Bind) -> str:
+    """``32 x H100-80GB on 4 host(s) inside pod p0 (host-[0-3])``."""
+    tree = world.fleet.tree
+    parts = []
+    for plan in b.placement.roles:
+        hosts = [tree.hosts[g.host].name for g in plan.grants]
+        gpus = sum(len(g.gpus) for g in plan.grants)
+        what = f"{gpus} x {plan.gpu_type}" if gpus else f"{len(plan.grants)} CPU replica(s)"
+        where = plan.domain.rpartition("/")[2] if plan.level >= Level.RACK else plan.domain
+        inside = f"{plan.level.label} {where}"
+        parts.append(f"{what} on {len(set(hosts))} host(s) inside {inside} ({hostlist(hosts)})")
+    return "; ".join(parts)
+
+
+def _replica(
+    world: World,
+    row: JobRow,
+    rank: int,
+    g: Grant,
+    hosts: list[str],
+    master: str,
+    port: int,
+    settings: Settings,
+) -> ReplicaRow:
+    node = world.fleet.tree.hosts[g.host].name
+    local = [i for i, h in enumerate(hosts) if h == node]
+    env = {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(len(hosts)),
+        "LOCAL_RANK": str(local.index(rank)),
+        "LOCAL_WORLD_SIZE": str(len(local)),
+        "GROUP_RANK": str(rank),
+        "MASTER_ADDR": master,
+        "MASTER_PORT": str(port),
+        "BOLT_ROLE": g.role,
+        "BOLT_NODE": node,
+        "BOLT_RESTARTS": str(row.epoch - 1),
+        **{str(k): str(v) for k, v in (row.spec.get("env") or {}).items()},
+    }
+    if row.array_index is not None:
+        env["BOLT_ARRAY_INDEX"] = str(row.array_index)
+        env["BOLT_ARRAY_JOB_ID"] = str(row.array_id)
+    spec: dict[str, Any] = {
+        "command": _command(row.spec, g.role),
+        "cwd": row.spec.get("workdir"),
+        "env": env,
+        "grace_s": float((row.spec.get("checkpoint") or {}).get("grace", 120.0)),
+        "checkpoint_dir": f"{settings.checkpoint_root.rstrip('/')}/{row.id}",
+        "image": row.spec.get("image"),
+    }
+    return ReplicaRow(
+        id=f"{row.id}.{row.epoch}.{rank}",
+        job_id=row.id,
+        epoch=row.epoch,
+        role=g.role,
+        rank=rank,
+        node=node,
+        gpus=list(g.gpus),
+        cpus=g.cpus,
+        memory_gb=g.memory_gb,
+        state="waiting",
+        spec=spec,
+    )
+
+
+def _command(spec: dict[str, Any], role: str) -> list[str]:
+    command = next(
+        (r.get("command") for r in spec.get("roles", []) if r.get("name", "worker") == role),
+        None,
+    ) or spec.get("command")
+    if isinstance(command, str):
+        return (
+            ["/bin/sh", "-c", command]
+            if any(c in command for c in "|&;<>$`")
+            else shlex.split(command)
+        )
+    return [str(c) for c in command or []]
+
+
+def _ports_in_use(world: World) -> set[int]:
+    return {
+        int(r.spec["env"]["MASTER_PORT"])
+        for reps in world.replicas.values()
+        for r in reps
+        if "MASTER_PORT" in r.spec.get("env", {})
+    }
+
+
+def _wait(world: World, w: Waiting) -> None:
+    row = world.rows.get(w.job)
+    if row is None or row.state not in WAITING:
+        return
+    detail = list(w.detail)
+    if row.reason != w.reason.value:
+        row.reason = w.reason.value
+    if row.position != w.position:
+        row.position = w.position
+    if w.estimated_start is not None or row.estimated_start is not None:
+        row.estimated_start = w.estimated_start
+    if row.waiting != detail:
+        row.waiting = detail

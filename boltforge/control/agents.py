@@ -1,0 +1,227 @@
+"""The server's side of the agent protocol: registration, leases, desired state, and what
+happens to a node's replicas when its lease runs out.
+
+A node is ``ready`` while it heartbeats, ``suspect`` once ``suspect_s`` pass without one (it
+keeps its jobs, gets no new ones), and ``dead`` when its lease expires: its replicas are lost
+and their jobs requeue from their last checkpoint. A node that comes back registers again.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from boltforge.control.actuate import Touched, close_run
+from boltforge.control.fleet import check_inventory
+from boltforge.control.lifecycle import HOLDING, transition
+from boltforge.control.models import JobRow, NodeRow, ReplicaRow
+from boltforge.wire.agent import (
+    DesiredState,
+    Heartbeat,
+    Inventory,
+    Lease,
+    Registration,
+    ReplicaSpec,
+    ReplicaStatus,
+)
+
+LIVE_REPLICA = ("starting", "running", "stopping")
+
+
+@dataclass(frozen=True)
+class LeaseTerms:
+    """How often agents heartbeat and how long silence is tolerated."""
+
+    heartbeat_s: float = 2.0
+    suspect_s: float = 6.0
+    lease_s: float = 15.0
+
+
+class SessionMismatch(Exception):
+    """A heartbeat or report carried a session the node no longer holds: register again."""
+
+
+def register(s: Session, reg: Registration, terms: LeaseTerms, now: float) -> tuple[Lease, Touched]:
+    """Register (or re-register) a node; reconcile what it says it runs with the store."""
+    inv = reg.inventory
+    peer = s.scalar(select(NodeRow).where(NodeRow.pool == inv.pool, NodeRow.name != inv.name))
+    check_inventory(inv, Inventory.model_validate(peer.inventory) if peer else None)
+    node = s.get(NodeRow, inv.name)
+    data = inv.model_dump(mode="json")
+    if node is None:
+        node = NodeRow(name=inv.name, registered_at=now, desired_version=0, cordoned=False)
+        s.add(node)
+    node.inventory, node.pool, node.pod, node.rack, node.gpus = (
+        data,
+        inv.pool,
+        inv.pod,
+        inv.rack,
+        inv.gpus,
+    )
+    node.state, node.session, node.registered_at = "ready", uuid.uuid4().hex, now
+    node.last_heartbeat, node.lease_expires_at = now, now + terms.lease_s
+    node.desired_version = (node.desired_version or 0) + 1
+    stop, touched = reconcile(s, node, reg.running, now, forget_missing=True)
+    touched.nodes.add(node.name)
+    return _lease(node, terms, stop), touched
+
+
+def heartbeat(
+    s: Session, name: str, hb: Heartbeat, terms: LeaseTerms, now: float
+) -> tuple[Lease, Touched]:
+    """Renew a node's lease; raise ``SessionMismatch`` when the session is not current."""
+    node = current(s, name, hb.session)
+    was = node.state
+    node.last_heartbeat, node.lease_expires_at = now, now + terms.lease_s
+    node.state, node.health = "ready", dict(hb.health)
+    stop, touched = reconcile(s, node, hb.running, now, forget_missing=False)
+    if was != "ready":
+        touched.nodes.add(name)
+    return _lease(node, terms, stop), touched
+
+
+def current(s: Session, name: str, session: str) -> NodeRow:
+    """The node ``name`` if ``session`` is its current lease, else ``SessionMismatch``."""
+    node = s.get(NodeRow, name)
+    if node is None or node.state == "dead" or node.session != session:
+        raise SessionMismatch(name)
+    return node
+
+
+def reconcile(
+    s: Session, node: NodeRow, running: list[ReplicaStatus], now: float, forget_missing: bool
+) -> tuple[list[str], Touched]:
+    """Replicas the node runs that the store does not expect are to be stopped; with
+    ``forget_missing`` (a fresh registration), replicas the store expects there but the node
+    no longer has are lost."""
+    expected = {
+        r.id: r
+        for r in s.scalars(
+            select(ReplicaRow).where(
+                ReplicaRow.node == node.name, ReplicaRow.state.in_(LIVE_REPLICA)
+            )
+        )
+    }
+    stop = [
+        st.replica
+        for st in running
+        if st.replica not in expected or expected[st.replica].epoch != st.epoch
+    ]
+    touched = Touched()
+    for st in running:
+        rep = expected.get(st.replica)
+        if rep is not None and rep.state == "starting" and st.state == "running":
+            rep.state, rep.pid, rep.started_at = "running", st.pid, rep.started_at or now
+    if forget_missing:
+        have = {st.replica for st in running}
+        gone = [r for r in expected.values() if r.id not in have]
+        touched |= lose(s, gone, now, f"node {node.name} restarted without them")
+    return stop, touched
+
+
+def lose(s: Session, reps: list[ReplicaRow], now: float, why: str) -> Touched:
+    """Replicas that vanished with their node: their jobs requeue from the last checkpoint
+    (the rest of each gang is stopped)."""
+    touched = Touched()
+    for rep in reps:
+        rep.state, rep.exited_at = "lost", now
+    for job_id in sorted({r.job_id for r in reps}):
+        job = s.get(JobRow, job_id)
+        if job is None:
+            continue
+        touched.jobs.add(job_id)
+        rest = s.scalars(
+            select(ReplicaRow).where(
+                ReplicaRow.job_id == job_id, ReplicaRow.state.in_(("waiting", *LIVE_REPLICA))
+            )
+        )
+        for r in rest:
+            if r.state == "waiting":
+                r.state = "exited"
+            elif r.state != "stopping":
+                r.state, r.stop_requested_at = "stopping", now
+                node = s.get(NodeRow, r.node)
+                if node is not None:
+                    node.desired_version += 1
+                    touched.nodes.add(r.node)
+        if job.state in (*HOLDING, "preempting"):
+            close_run(s, job, now)
+            job.restarts += 1
+            transition(
+                s,
+                job,
+                "requeued",
+                now,
+                f"requeued: {why}; resumes from its last checkpoint",
+                "lost",
+            )
+    return touched
+
+
+def expire(s: Session, terms: LeaseTerms, now: float) -> Touched:
+    """Mark silent nodes suspect, and dead once their lease is over (their work requeues)."""
+    touched = Touched()
+    for node in s.scalars(select(NodeRow).where(NodeRow.state.in_(("ready", "suspect")))):
+        if node.lease_expires_at is not None and now > node.lease_expires_at:
+            node.state = "dead"
+            touched.nodes.add(node.name)
+            reps = list(
+                s.scalars(
+                    select(ReplicaRow).where(
+                        ReplicaRow.node == node.name,
+                        ReplicaRow.state.in_(("waiting", *LIVE_REPLICA)),
+                    )
+                )
+            )
+            touched |= lose(s, reps, now, f"node {node.name} stopped answering")
+        elif (
+            node.state != "suspect"
+            and node.last_heartbeat is not None
+            and now > node.last_heartbeat + terms.suspect_s
+        ):
+            node.state = "suspect"
+            touched.nodes.add(node.name)
+    return touched
+
+
+def desired(s: Session, name: str) -> DesiredState | None:
+    """What node ``name`` should run and stop now, with its version (None: unknown node)."""
+    node = s.get(NodeRow, name)
+    if node is None:
+        return None
+    reps = s.scalars(
+        select(ReplicaRow)
+        .where(ReplicaRow.node == name, ReplicaRow.state.in_(LIVE_REPLICA))
+        .order_by(ReplicaRow.id)
+    )
+    out = [
+        ReplicaSpec(
+            replica=r.id,
+            job=r.job_id,
+            epoch=r.epoch,
+            action="stop" if r.state == "stopping" else "run",
+            command=r.spec.get("command", []),
+            cwd=r.spec.get("cwd"),
+            env=r.spec.get("env", {}),
+            gpus=list(r.gpus),
+            grace_s=float(r.spec.get("grace_s", 30.0)),
+            checkpoint_dir=r.spec.get("checkpoint_dir"),
+            image=r.spec.get("image"),
+        )
+        for r in reps
+    ]
+    return DesiredState(node=name, version=node.desired_version, replicas=out)
+
+
+def _lease(node: NodeRow, terms: LeaseTerms, stop: list[str]) -> Lease:
+    return Lease(
+        node=node.name,
+        session=node.session,
+        lease_s=terms.lease_s,
+        heartbeat_s=terms.heartbeat_s,
+        stop=stop,
+        desired_version=node.desired_version,
+    )

@@ -1,0 +1,70 @@
+"""Every failure a client can cause becomes a 4xx with ``{"error", "problems"}``, each problem
+naming the field, the value and the fix; never a stack trace."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from boltforge.spec.errors import SpecError, _Missing
+from boltforge.wire.jobs import ErrorReply, Problem
+
+
+class ApiError(Exception):
+    """A request the server refuses, with the status and a sentence that ends with the fix."""
+
+    def __init__(self, status: int, message: str, problems: list[Problem] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.problems = problems or []
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers that turn errors into ``ErrorReply`` bodies."""
+
+    @app.exception_handler(ApiError)
+    async def _api(_: Request, e: ApiError) -> JSONResponse:
+        return _reply(e.status, e.message, e.problems)
+
+    @app.exception_handler(SpecError)
+    async def _spec(_: Request, e: SpecError) -> JSONResponse:
+        problems = [
+            Problem(field=p.field, value=_plain(p.value), message=p.message) for p in e.problems
+        ]
+        return _reply(422, f"{e.source}: {len(problems)} problem(s)", problems)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+        problems = [
+            Problem(
+                field=".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body",
+                value=_plain(err.get("input")),
+                message=f"{err.get('msg', 'is invalid')}. To fix: correct this field",
+            )
+            for err in e.errors()
+        ]
+        return _reply(422, f"invalid request: {len(problems)} problem(s)", problems)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        return _reply(e.status_code, str(e.detail), [])
+
+
+def _reply(status: int, message: str, problems: list[Problem]) -> JSONResponse:
+    body = ErrorReply(error=message, problems=problems).model_dump(mode="json")
+    return JSONResponse(status_code=status, content=body)
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-safe, short rendering of an offending value."""
+    if value is None or isinstance(value, _Missing):
+        return None
+    if isinstance(value, bool | int | float):
+        return value
+    text = str(value)
+    return text if len(text) <= 200 else text[:197] + "..."

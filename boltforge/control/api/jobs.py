@@ -1,0 +1,270 @@
+"""Jobs: submit, list, inspect, follow and cancel."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Response
+from fastapi.concurrency import run_in_threadpool
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from boltforge.control.api.deps import Actors, People, Rt
+from boltforge.control.api.errors import ApiError
+from boltforge.control.audit import audit
+from boltforge.control.auth import Caller
+from boltforge.control.cancel import cancel_jobs
+from boltforge.control.lifecycle import LIVE
+from boltforge.control.models import EventRow, JobRow, LogRow, ReplicaRow
+from boltforge.control.runtime import Runtime
+from boltforge.control.submit import check_fit, create_jobs, find_by_key, parse_request
+from boltforge.control.views import HELD, detail, event_out, summary
+from boltforge.wire.jobs import (
+    TERMINAL,
+    EventPage,
+    JobDetail,
+    JobList,
+    JobSummary,
+    LogPage,
+    SubmitReply,
+    SubmitRequest,
+    TeamLoad,
+)
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+MAX_WAIT_S = 60.0
+
+
+@router.post("", status_code=201)
+def submit(
+    req: SubmitRequest,
+    who: Actors,
+    rt: Rt,
+    response: Response,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> SubmitReply:
+    """Validate and queue a job (or an array job). Bad input: 422 naming each field and its
+    fix, and nothing is stored. A repeated idempotency key returns the first job (200)."""
+    key = req.idempotency_key or idempotency_key
+    if key:
+        again = _existing(rt, key, who, response)
+        if again is not None:
+            return again
+    spec, tasks = parse_request(req)
+    if not who.acts_for_team(spec.team):
+        raise ApiError(
+            403,
+            f"you may submit only for team {who.team}, not {spec.team}. "
+            f"To fix: set `team: {who.team}`",
+        )
+    gang = check_fit(spec, rt.fleet(), req.source)
+    now = rt.clock()
+    try:
+        with rt.db.session() as s:
+            rows = create_jobs(s, spec, tasks, gang, who, now, key)
+            audit(
+                s,
+                who,
+                "submit",
+                rows[0].array_id or rows[0].id,
+                now,
+                name=spec.name,
+                team=spec.team,
+                tasks=len(rows),
+            )
+            reply = SubmitReply(job=summary(rows[0]), tasks=[r.id for r in rows] if tasks else [])
+    except IntegrityError:
+        again = _existing(rt, key, who, response) if key else None
+        if again is None:
+            raise
+        return again
+    if tasks:
+        rt.scheduler.wake()
+    else:
+        rt.scheduler.wake(arrival=reply.job.id)
+    rt.notifier.notify(["jobs"])
+    return reply
+
+
+def _existing(rt: Runtime, key: str, who: Caller, response: Response) -> SubmitReply | None:
+    with rt.db.session() as s:
+        row = find_by_key(s, key)
+        if row is None:
+            return None
+        if not who.acts_for_team(row.team):
+            raise ApiError(
+                409, "this idempotency key was used for another team's job. To fix: use a fresh key"
+            )
+        tasks = []
+        if row.array_id:
+            q = select(JobRow.id).where(JobRow.array_id == row.array_id).order_by(JobRow.num)
+            tasks = list(s.scalars(q))
+    response.status_code = 200
+    return SubmitReply(job=summary(row), tasks=tasks, created=False)
+
+
+@router.get("")
+def list_jobs(
+    who: People,
+    rt: Rt,
+    state: Annotated[
+        str | None, Query(max_length=200, description="Comma-separated states.")
+    ] = None,
+    team: Annotated[str | None, Query(max_length=63)] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> JobList:
+    """Jobs in queue order: live ones by default, or those in ``state``. A member sees the
+    other teams' work only in aggregate (``others``)."""
+    states = [x for x in (state or "").split(",") if x] or list(LIVE)
+    with rt.db.session() as s:
+        q = select(JobRow).where(JobRow.state.in_(states))
+        if team:
+            q = q.where(JobRow.team == team)
+        rows = list(s.scalars(q.order_by(JobRow.priority, JobRow.num, JobRow.id).limit(limit)))
+        nodes = _nodes_of(s, [r.id for r in rows if r.state not in TERMINAL])
+    visible = [r for r in rows if who.sees_team(r.team)]
+    hidden: dict[str, list[JobRow]] = defaultdict(list)
+    for r in rows:
+        if not who.sees_team(r.team):
+            hidden[r.team].append(r)
+    others = [
+        TeamLoad(
+            team=t,
+            pending=sum(r.state in ("pending", "requeued") for r in rs),
+            running=sum(r.state in ("scheduled", "running", "preempting") for r in rs),
+            gpus=sum(r.gpus for r in rs if r.state in ("scheduled", "running", "preempting")),
+        )
+        for t, rs in sorted(hidden.items())
+    ]
+    return JobList(jobs=[summary(r, nodes.get(r.id)) for r in visible], others=others)
+
+
+def _nodes_of(s: Session, ids: list[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = defaultdict(list)
+    if not ids:
+        return out
+    q = select(ReplicaRow.job_id, ReplicaRow.node).where(
+        ReplicaRow.job_id.in_(ids), ReplicaRow.state.in_(HELD)
+    )
+    for job_id, node in s.execute(q):
+        out[job_id].append(node)
+    return out
+
+
+def _visible(s: Session, job_id: str, who: Caller) -> JobRow:
+    row = s.get(JobRow, job_id)
+    if row is None:
+        tasks = s.scalar(select(JobRow.id).where(JobRow.array_id == job_id).limit(1))
+        hint = f" (array job: name a task, e.g. {tasks})" if tasks else ""
+        raise ApiError(404, f"no job {job_id}{hint}. To fix: check the id with `bolt queue`")
+    if not who.sees_team(row.team):
+        raise ApiError(
+            403,
+            f"job {job_id} belongs to team {row.team}; members see other teams' "
+            "work only in aggregate. To fix: ask that team or an admin",
+        )
+    return row
+
+
+@router.get("/{job_id}")
+def get_job(job_id: str, who: People, rt: Rt) -> JobDetail:
+    """One job: where it runs and why, or why it waits; its timeline and its meter."""
+    with rt.db.session() as s:
+        return detail(s, _visible(s, job_id, who), rt.clock())
+
+
+@router.post("/{job_id}/cancel")
+def cancel(job_id: str, who: Actors, rt: Rt) -> JobList:
+    """Cancel a job, or every live task of an array job. Its processes get the checkpoint
+    signal and their GPUs are freed once they exit."""
+    now = rt.clock()
+    with rt.scheduler.lock, rt.db.session() as s:
+        rows = (
+            [s.get(JobRow, job_id)]
+            if s.get(JobRow, job_id)
+            else list(s.scalars(select(JobRow).where(JobRow.array_id == job_id)))
+        )
+        jobs = [r for r in rows if r is not None]
+        if not jobs:
+            raise ApiError(404, f"no job {job_id}. To fix: check the id with `bolt queue`")
+        if not who.acts_for_team(jobs[0].team):
+            raise ApiError(
+                403,
+                f"job {job_id} belongs to team {jobs[0].team}; you may cancel "
+                "only your team's jobs",
+            )
+        touched = cancel_jobs(s, jobs, who.name, now)
+        audit(s, who, "cancel", job_id, now, jobs=len(jobs))
+        out = JobList(jobs=[summary(r) for r in jobs])
+    rt.scheduler.announce(touched)
+    rt.scheduler.wake()
+    return out
+
+
+@router.get("/{job_id}/events")
+async def events(
+    job_id: str,
+    who: People,
+    rt: Rt,
+    after: Annotated[int, Query(ge=0)] = 0,
+    wait: Annotated[float, Query(ge=0, le=MAX_WAIT_S)] = 0.0,
+) -> EventPage:
+    """Timeline entries after ``after``; with ``wait``, held open until there is one."""
+    key = f"job:{job_id}"
+    deadline = rt.clock() + wait
+    while True:
+        seen = rt.notifier.count(key)
+        page = await run_in_threadpool(_event_page, rt, job_id, who, after)
+        left = deadline - rt.clock()
+        if page.events or page.state in TERMINAL or left <= 0:
+            return page
+        await rt.notifier.wait(key, seen, left)
+
+
+def _event_page(rt: Runtime, job_id: str, who: Caller, after: int) -> EventPage:
+    with rt.db.session() as s:
+        row = _visible(s, job_id, who)
+        q = select(EventRow).where(EventRow.job_id == job_id, EventRow.id > after)
+        found = [event_out(e) for e in s.scalars(q.order_by(EventRow.id).limit(500))]
+        return EventPage(job=job_id, state=row.state, events=found)
+
+
+@router.get("/{job_id}/logs")
+async def logs(
+    job_id: str,
+    who: People,
+    rt: Rt,
+    after: Annotated[int, Query(ge=0)] = 0,
+    wait: Annotated[float, Query(ge=0, le=MAX_WAIT_S)] = 0.0,
+) -> LogPage:
+    """Output after position ``after`` (``next`` is where the following page starts)."""
+    key = f"logs:{job_id}"
+    deadline = rt.clock() + wait
+    while True:
+        seen = rt.notifier.count(key)
+        page = await run_in_threadpool(_log_page, rt, job_id, who, after)
+        left = deadline - rt.clock()
+        if page.lines or page.state in TERMINAL or left <= 0:
+            return page
+        await rt.notifier.wait(key, seen, min(left, 1.0))
+
+
+def _log_page(rt: Runtime, job_id: str, who: Caller, after: int) -> LogPage:
+    with rt.db.session() as s:
+        row = _visible(s, job_id, who)
+        q = select(LogRow).where(LogRow.job_id == job_id, LogRow.id > after)
+        chunks = list(s.scalars(q.order_by(LogRow.id).limit(1000)))
+        text = "".join(c.data for c in chunks)
+        lines = text.splitlines()
+        return LogPage(
+            job=job_id,
+            state=row.state,
+            next=chunks[-1].id if chunks else after,
+            lines=lines,
+        )
+
+
+def summaries(rows: list[JobRow]) -> list[JobSummary]:
+    return [summary(r) for r in rows]

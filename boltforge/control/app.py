@@ -1,0 +1,50 @@
+"""The FastAPI application: routers, error handling, and the scheduling loop's lifetime."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from boltforge import __version__
+from boltforge.control.api import admin, agents, errors, jobs, nodes
+from boltforge.control.runtime import Runtime, ServerConfig
+
+
+def create_app(config: ServerConfig) -> FastAPI:
+    """An app for ``config``; the store is migrated and the loop started when it starts."""
+    rt = Runtime(config)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await asyncio.to_thread(rt.start)
+        rt.notifier.bind(asyncio.get_running_loop())
+        task = asyncio.create_task(rt.scheduler.run())
+        rt.scheduler.wake()
+        try:
+            yield
+        finally:
+            rt.scheduler.stop()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(task, 10)
+            rt.db.close()
+
+    app = FastAPI(
+        title="Boltforge",
+        version=__version__,
+        description="GPU cluster scheduler: jobs, nodes and the agent protocol.",
+        lifespan=lifespan,
+    )
+    app.state.runtime = rt
+    errors.install(app)
+    for module in (jobs, agents, nodes, admin):
+        app.include_router(module.router)
+
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app

@@ -1,0 +1,202 @@
+"""The scheduling loop: event-driven passes of the core cycle over the store.
+
+Submissions, exits, cancellations and node changes wake the loop; a timer also wakes it (for
+leases, and a full pass every ``full_every_s``). Each pass, under the store lock:
+
+    # 1. leases    nodes that went silent become suspect, then dead (their work requeues)
+    # 2. world     read the fleet, the holders of every GPU and the waiting jobs
+    # 3. decide    the core cycle: one incremental pass per new arrival when nothing else
+    #              happened since the last full pass, else a full pass
+    # 4. persist   evictions, binds and every waiting job's reason, in one transaction
+    # 5. dispatch  gangs whose GPUs are free go to their nodes
+    # 6. wake      after commit: the nodes and jobs whose state changed
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sqlalchemy.orm import Session
+
+from boltforge.control.actuate import Settings, Touched, apply
+from boltforge.control.agents import LeaseTerms, expire
+from boltforge.control.db import Database
+from boltforge.control.dispatch import dispatch
+from boltforge.control.notify import Notifier
+from boltforge.control.world import Caches, World, load_world, usage
+from boltforge.core.cycle import run_cycle, schedule_arrival
+from boltforge.core.decisions import CycleResult, Reserve, Waiting, WaitReason
+from boltforge.core.policy import Policy
+
+log = logging.getLogger("boltforge.loop")
+MAX_INCREMENTAL = 16
+
+
+@dataclass
+class LoopStats:
+    """What the loop has done, for ``/v1/fleet`` and the metrics."""
+
+    cycles: int = 0
+    full_cycles: int = 0
+    last_cycle_ms: float | None = None
+    last_full_at: float = float("-inf")
+    binds: int = 0
+    evictions: int = 0
+    cycle_ms: list[float] = field(default_factory=list)
+
+
+class Scheduler:
+    """Runs passes when woken. ``lock`` serializes every change to jobs, replicas and nodes
+    (passes, agent reports, cancellations); submissions only insert and need no lock."""
+
+    def __init__(
+        self,
+        db: Database,
+        policy: Policy,
+        notifier: Notifier,
+        settings: Settings,
+        terms: LeaseTerms,
+        clock: Callable[[], float] = time.time,
+        tick_s: float = 1.0,
+        full_every_s: float = 10.0,
+    ) -> None:
+        self.db, self.policy, self.notifier = db, policy, notifier
+        self.settings, self.terms, self.clock = settings, terms, clock
+        self.tick_s, self.full_every_s = tick_s, full_every_s
+        self.lock = threading.RLock()
+        self.stats = LoopStats()
+        self.caches = Caches()
+        self.reservations: tuple[Reserve, ...] = ()
+        self.recent: list[tuple[float, int]] = []
+        self._pending_lock = threading.Lock()
+        self._arrivals: list[str] = []
+        self._other = True
+        self._wakeup: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = False
+
+    # -- waking ------------------------------------------------------------------------
+
+    def wake(self, arrival: str | None = None) -> None:
+        """Ask for a pass soon (from any thread); ``arrival`` names a newly submitted job."""
+        with self._pending_lock:
+            if arrival is None:
+                self._other = True
+            else:
+                self._arrivals.append(arrival)
+        if self._loop is not None and self._wakeup is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._wakeup.set)
+
+    async def run(self) -> None:
+        """Pass whenever woken or every ``tick_s``, until ``stop``."""
+        self._loop = asyncio.get_running_loop()
+        self._wakeup = asyncio.Event()
+        while not self._stopping:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), self.tick_s)
+            self._wakeup.clear()
+            if self._stopping:
+                break
+            try:
+                touched = await asyncio.to_thread(self.pass_once)
+            except Exception:  # a pass must never take the loop down with it
+                log.exception("scheduling pass failed")
+                await asyncio.sleep(self.tick_s)
+                continue
+            self.announce(touched)
+
+    def stop(self) -> None:
+        self._stopping = True
+        if self._loop is not None and self._wakeup is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._wakeup.set)
+
+    def announce(self, touched: Touched) -> None:
+        """Wake long-polls on the touched nodes and jobs (after their changes committed)."""
+        keys = [f"node:{n}" for n in touched.nodes] + [f"job:{j}" for j in touched.jobs]
+        if touched.jobs:
+            keys.append("jobs")
+        self.notifier.notify(keys)
+
+    # -- one pass ----------------------------------------------------------------------
+
+    def pass_once(self) -> Touched:
+        """One pass (see the module docstring); returns what to wake once it committed."""
+        with self._pending_lock:
+            arrivals, other = self._arrivals, self._other
+            self._arrivals, self._other = [], False
+        touched = Touched()
+        with self.lock, self.db.session() as s:
+            now = self.clock()
+            expired = expire(s, self.terms, now)  # 1. leases
+            touched |= expired
+            full = (
+                other
+                or bool(expired.nodes)
+                or len(arrivals) > MAX_INCREMENTAL
+                or now - self.stats.last_full_at >= self.full_every_s
+            )
+            if full:
+                touched |= self._full(s, now)
+            else:
+                for job in arrivals:
+                    touched |= self._arrival(s, now, job)
+            touched |= dispatch(s)  # 5. dispatch
+        return touched
+
+    def _full(self, s: Session, now: float) -> Touched:
+        started = time.perf_counter()
+        world = load_world(s, now, self.caches)  # 2. world
+        snap = world.snapshot(usage(s, now, self.policy.half_life_s), self._recent(now))
+        result = run_cycle(snap, self.policy)  # 3. decide
+        self.reservations = result.reservations
+        touched = self._persist(s, world, result)  # 4. persist
+        self.stats.full_cycles += 1
+        self.stats.last_full_at = now
+        self._timed(started, result)
+        return touched
+
+    def _arrival(self, s: Session, now: float, job_id: str) -> Touched:
+        started = time.perf_counter()
+        world = load_world(s, now, self.caches)
+        job = next((j for j in world.pending if j.id == job_id), None)
+        if job is None:
+            return self._persist(s, world, CycleResult())
+        world.pending = [j for j in world.pending if j.id != job_id]
+        snap = world.snapshot(usage(s, now, self.policy.half_life_s), self._recent(now))
+        result = schedule_arrival(snap, job, self.policy, self.reservations)
+        touched = self._persist(s, world, result)
+        self._timed(started, result)
+        return touched
+
+    def _persist(self, s: Session, world: World, result: CycleResult) -> Touched:
+        for ev in result.evictions:
+            run = next((r for r in world.running if r.job.id == ev.job), None)
+            if run is not None:
+                self.recent.append((world.now, run.gpus))
+        touched = apply(s, world, result, self.settings)
+        never = [
+            Waiting(job, -1, WaitReason.NEVER, (why,)) for job, why in world.unresolved.items()
+        ]
+        if never:
+            apply(s, world, CycleResult(waiting=tuple(never)), self.settings)
+        return touched
+
+    def _recent(self, now: float) -> tuple[tuple[float, int], ...]:
+        window = self.policy.preempt_rules.churn_window_s
+        self.recent = [(t, g) for t, g in self.recent if now - t < window]
+        return tuple(self.recent)
+
+    def _timed(self, started: float, result: CycleResult) -> None:
+        ms = (time.perf_counter() - started) * 1000.0
+        stats = self.stats
+        stats.cycles += 1
+        stats.last_cycle_ms = ms
+        stats.binds += len(result.binds)
+        stats.evictions += len(result.evictions)
+        stats.cycle_ms = [*stats.cycle_ms[-999:], ms]

@@ -1,0 +1,65 @@
+"""Wake-ups for long-polls: a waiter on a key returns as soon as the key is notified.
+
+Notifications come from worker threads (the scheduling pass, request handlers); waiters are
+coroutines on the server's event loop. A waiter reads the key's counter before it checks the
+store and waits for it to move, so a notification between the two is never missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterable
+
+
+class Notifier:
+    """Per-key counters and waiters, safe to notify from any thread."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._counts: dict[str, int] = {}
+        self._waiters: dict[str, list[asyncio.Future[None]]] = {}
+        self._lock = threading.Lock()
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def count(self, key: str) -> int:
+        with self._lock:
+            return self._counts.get(key, 0)
+
+    def notify(self, keys: Iterable[str]) -> None:
+        """Bump each key and wake its waiters (callable from any thread)."""
+        keys = list(keys)
+        if not keys:
+            return
+        with self._lock:
+            for k in keys:
+                self._counts[k] = self._counts.get(k, 0) + 1
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._wake, keys)
+
+    def _wake(self, keys: list[str]) -> None:
+        for k in keys:
+            for fut in self._waiters.pop(k, []):
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def wait(self, key: str, seen: int, timeout: float) -> bool:
+        """Wait until ``key``'s counter differs from ``seen`` (True) or ``timeout`` (False)."""
+        if self.count(key) != seen:
+            return True
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(key, []).append(fut)
+        if self.count(key) != seen:
+            return True
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            return False
+        finally:
+            waiting = self._waiters.get(key)
+            if waiting and fut in waiting:
+                waiting.remove(fut)
+        return True

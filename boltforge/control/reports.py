@@ -1,0 +1,169 @@
+"""What agents report about replicas, applied to the store: starts, exits, logs, progress.
+
+A report for a replica the server does not know, or for an epoch it has moved past, is
+refused: a node that was cut off cannot change a job that has since been placed elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from boltforge.control.actuate import Touched, close_run
+from boltforge.control.lifecycle import HOLDING, record, transition
+from boltforge.control.models import JobRow, LogRow, NodeRow, RankProgressRow, ReplicaRow
+from boltforge.wire.agent import LogChunk, Progress, ReplicaEvent
+
+STEP_WINDOW = 50
+CHECKPOINT_EVENT_GAP_S = 60.0
+
+
+def apply_events(
+    s: Session, node: NodeRow, events: Iterable[ReplicaEvent]
+) -> tuple[list[str], Touched]:
+    """Apply replica events from ``node``; returns the refused replica ids and what changed."""
+    refused: list[str] = []
+    touched = Touched()
+    for ev in events:
+        rep = s.get(ReplicaRow, ev.replica)
+        if rep is None or rep.node != node.name or rep.epoch != ev.epoch or rep.job_id != ev.job:
+            refused.append(ev.replica)
+            continue
+        job = s.get(JobRow, rep.job_id)
+        assert job is not None
+        touched.jobs.add(job.id)
+        if ev.kind == "started":
+            _started(s, job, rep, ev)
+        elif rep.state != "exited":
+            touched |= _ended(s, job, rep, ev)
+    return refused, touched
+
+
+def _started(s: Session, job: JobRow, rep: ReplicaRow, ev: ReplicaEvent) -> None:
+    if rep.state not in ("starting", "running"):
+        return
+    rep.state, rep.pid, rep.started_at = "running", ev.pid, ev.at
+    reps = _epoch(s, job)
+    if job.state == "scheduled" and all(r.state == "running" for r in reps):
+        first = job.started_at is None
+        job.started_at = job.started_at or ev.at
+        verb = "running" if first else "resumed"
+        nodes = len({r.node for r in reps})
+        message = f"{verb}: {len(reps)} replica(s) started on {nodes} node(s)"
+        transition(s, job, "running", ev.at, message, verb)
+
+
+def _ended(s: Session, job: JobRow, rep: ReplicaRow, ev: ReplicaEvent) -> Touched:
+    stopping = rep.state == "stopping"
+    rep.state, rep.exited_at = "exited", ev.at
+    rep.exit_code, rep.signal, rep.checkpoint_s = ev.exit_code, ev.signal, ev.checkpoint_s
+    reps = _epoch(s, job)
+    alive = [r for r in reps if r.state not in ("exited", "lost")]
+    touched = Touched()
+    if job.state == "preempting":
+        if not alive:
+            took = max((r.checkpoint_s or 0.0) for r in reps)
+            close_run(s, job, ev.at)
+            message = f"checkpointed in {took:.1f} s and stopped; requeued"
+            transition(s, job, "requeued", ev.at, message, "checkpointed", {"checkpoint_s": took})
+        return touched
+    if job.state not in HOLDING or stopping:
+        if not alive:
+            close_run(s, job, ev.at)
+        return touched
+    failed = ev.kind == "failed" or (ev.exit_code or 0) != 0 or ev.signal is not None
+    if failed:
+        touched |= _stop_rest(s, alive)
+        close_run(s, job, ev.at)
+        job.exit_code = ev.exit_code if ev.exit_code is not None else -(ev.signal or 1)
+        why = ev.detail or _exit_words(ev)
+        transition(s, job, "failed", ev.at, f"failed: replica {rep.rank} {why}")
+    elif not alive:
+        close_run(s, job, ev.at)
+        job.exit_code = 0
+        transition(s, job, "succeeded", ev.at, "succeeded: every replica exited 0")
+    return touched
+
+
+def _stop_rest(s: Session, alive: list[ReplicaRow]) -> Touched:
+    touched = Touched()
+    for r in alive:
+        if r.state == "waiting":
+            r.state = "exited"
+            continue
+        r.state = "stopping"
+        node = s.get(NodeRow, r.node)
+        if node is not None:
+            node.desired_version += 1
+            touched.nodes.add(r.node)
+    return touched
+
+
+def _exit_words(ev: ReplicaEvent) -> str:
+    if ev.signal is not None:
+        return f"was killed by signal {ev.signal}"
+    return f"exited with code {ev.exit_code}"
+
+
+def _epoch(s: Session, job: JobRow) -> list[ReplicaRow]:
+    q = select(ReplicaRow).where(ReplicaRow.job_id == job.id, ReplicaRow.epoch == job.epoch)
+    return list(s.scalars(q))
+
+
+def apply_logs(s: Session, node: NodeRow, chunks: Iterable[LogChunk], at: float) -> list[str]:
+    """Store log chunks in order; a chunk already stored (a retried report) is skipped."""
+    refused = []
+    for c in chunks:
+        rep = s.get(ReplicaRow, c.replica)
+        if rep is None or rep.node != node.name or rep.epoch != c.epoch:
+            refused.append(c.replica)
+            continue
+        if c.seq <= rep.log_seq:
+            continue
+        rep.log_seq = c.seq
+        s.add(LogRow(job_id=rep.job_id, replica=rep.id, seq=c.seq, at=at, data=c.data))
+    return refused
+
+
+def apply_progress(s: Session, node: NodeRow, reports: Iterable[Progress]) -> list[str]:
+    """Record each rank's latest step and recent step times; a checkpoint moves the job's
+    last checkpoint (what preemption prices lost work from)."""
+    refused = []
+    for p in reports:
+        rep = s.get(ReplicaRow, p.replica)
+        if rep is None or rep.node != node.name or rep.epoch != p.epoch:
+            refused.append(p.replica)
+            continue
+        job = s.get(JobRow, rep.job_id)
+        assert job is not None
+        _rank(s, job, node.name, p)
+        job.last_step = max(job.last_step or 0, p.step)
+        if p.checkpoint:
+            quiet = (job.last_checkpoint_at or 0.0) > p.at - CHECKPOINT_EVENT_GAP_S
+            job.last_checkpoint_at = p.at
+            if p.rank == 0 and (not quiet or job.state == "preempting"):
+                record(s, job.id, p.at, "checkpoint", f"checkpoint written at step {p.step}")
+    return refused
+
+
+def _rank(s: Session, job: JobRow, node: str, p: Progress) -> None:
+    row = s.get(RankProgressRow, (job.id, p.rank))
+    if row is None:
+        row = RankProgressRow(
+            job_id=job.id,
+            rank=p.rank,
+            epoch=p.epoch,
+            node=node,
+            step=p.step,
+            at=p.at,
+            step_times=[],
+            metrics={},
+        )
+        s.add(row)
+    times = list(row.step_times) if row.epoch == p.epoch else []
+    if p.step_time_s is not None:
+        times = [*times, p.step_time_s][-STEP_WINDOW:]
+    row.epoch, row.node, row.step, row.at = p.epoch, node, p.step, p.at
+    row.step_times, row.metrics = times, dict(p.metrics)

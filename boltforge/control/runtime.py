@@ -1,0 +1,96 @@
+"""Everything a running server holds: the store, the loop, the wake-ups and its settings."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+
+from boltforge.control.actuate import Settings
+from boltforge.control.agents import LeaseTerms
+from boltforge.control.auth import Caller, create_token, digest
+from boltforge.control.db import Database
+from boltforge.control.fleet import Fleet
+from boltforge.control.loop import Scheduler
+from boltforge.control.models import TokenRow
+from boltforge.control.notify import Notifier
+from boltforge.control.world import Caches, load_fleet
+from boltforge.core.policy import named
+from boltforge.core.victims import PreemptRules
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How a server is set up. ``admin_token`` / ``agent_token`` are stored on start when
+    given (so ``bolt up`` can hand them to its agents and to the user)."""
+
+    db_url: str
+    checkpoint_root: str
+    policy: str = "default"
+    preempt: PreemptRules = field(default_factory=PreemptRules)
+    terms: LeaseTerms = field(default_factory=LeaseTerms)
+    tick_s: float = 1.0
+    full_every_s: float = 10.0
+    admin_token: str | None = None
+    agent_token: str | None = None
+
+
+class Runtime:
+    """The server's state, built once per process."""
+
+    def __init__(self, config: ServerConfig, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.clock = clock
+        self.db = Database(config.db_url)
+        self.notifier = Notifier()
+        self.scheduler = Scheduler(
+            self.db,
+            named(config.policy).with_(preempt_rules=config.preempt),
+            self.notifier,
+            Settings(config.checkpoint_root),
+            config.terms,
+            clock,
+            config.tick_s,
+            config.full_every_s,
+        )
+        self._tokens: dict[str, Caller] = {}
+        self._tokens_lock = threading.Lock()
+        self._fleet_caches = Caches()
+
+    def start(self) -> None:
+        """Migrate the store and store the bootstrap tokens."""
+        self.db.migrate()
+        with self.db.session() as s:
+            for token, name, role in (
+                (self.config.admin_token, "admin", "admin"),
+                (self.config.agent_token, "agents", "agent"),
+            ):
+                if (
+                    token
+                    and s.scalar(select(TokenRow).where(TokenRow.digest == digest(token))) is None
+                ):
+                    create_token(s, name, role, None, self.clock(), token)
+
+    def caller(self, token: str) -> Caller | None:
+        """Who holds ``token`` (remembered after the first lookup)."""
+        key = digest(token)
+        with self._tokens_lock:
+            known = self._tokens.get(key)
+        if known is not None:
+            return known
+        with self.db.session() as s:
+            row = s.scalar(select(TokenRow).where(TokenRow.digest == key))
+        if row is None:
+            return None
+        found = Caller(row.name, row.role, row.team)
+        with self._tokens_lock:
+            self._tokens[key] = found
+        return found
+
+    def fleet(self) -> Fleet:
+        """The fleet over the registered nodes, for checks at submit."""
+        with self.db.session() as s:
+            return load_fleet(s, self._fleet_caches)[0]

@@ -1,0 +1,115 @@
+"""Store rows as the API's reply bodies."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from boltforge.control.models import EventRow, JobRow, NodeRow, ReplicaRow, RunRow
+from boltforge.control.submit import PRIORITY_NAMES
+from boltforge.ranges import hostlist
+from boltforge.wire.jobs import EventOut, JobDetail, JobSummary, NodeOut, ReplicaOut
+
+HELD = ("waiting", "starting", "running", "stopping")
+
+
+def summary(job: JobRow, nodes: list[str] | None = None) -> JobSummary:
+    """A ``bolt queue`` row for ``job``; ``nodes`` are where its current replicas sit."""
+    return JobSummary(
+        id=job.id,
+        name=job.name,
+        team=job.team,
+        project=job.project,
+        user=job.user,
+        priority=job.priority,
+        priority_name=PRIORITY_NAMES.get(job.priority, str(job.priority)),
+        state=job.state,
+        gpus=job.gpus,
+        replicas=job.replicas,
+        submitted_at=job.submitted_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        position=job.position,
+        reason=job.reason,
+        estimated_start=job.estimated_start,
+        nodes=hostlist(nodes or []),
+        array=job.array_spec,
+        array_task=job.array_index,
+        preemptions=job.preemptions,
+        restarts=job.restarts,
+        exit_code=job.exit_code,
+        last_step=job.last_step,
+    )
+
+
+def current_replicas(s: Session, job: JobRow) -> list[ReplicaRow]:
+    q = select(ReplicaRow).where(ReplicaRow.job_id == job.id, ReplicaRow.epoch == job.epoch)
+    return list(s.scalars(q.order_by(ReplicaRow.rank)))
+
+
+def detail(s: Session, job: JobRow, now: float) -> JobDetail:
+    """Everything about one job: placement, explanation, diagnosis, timeline and meter."""
+    reps = current_replicas(s, job) if job.epoch else []
+    events = s.scalars(select(EventRow).where(EventRow.job_id == job.id).order_by(EventRow.id))
+    hours, dollars = meter(s, job.id, now)
+    base = summary(job, [r.node for r in reps if r.state in HELD]).model_dump()
+    return JobDetail(
+        **base,
+        spec=job.spec,
+        epoch=job.epoch,
+        placement=[replica_out(r) for r in reps],
+        explanation=list(job.explanation or []),
+        waiting=list(job.waiting or []),
+        events=[event_out(e) for e in events],
+        last_checkpoint_at=job.last_checkpoint_at,
+        gpu_hours=round(hours, 6),
+        dollars=round(dollars, 4),
+    )
+
+
+def meter(s: Session, job_id: str, now: float) -> tuple[float, float]:
+    """GPU-hours and dollars the job has held so far (open runs count up to ``now``)."""
+    hours = dollars = 0.0
+    for run in s.scalars(select(RunRow).where(RunRow.job_id == job_id)):
+        held = max((run.ended_at if run.ended_at is not None else now) - run.started_at, 0.0)
+        hours += run.gpus * held / 3600.0
+        dollars += run.dollars_per_hour * held / 3600.0
+    return hours, dollars
+
+
+def replica_out(r: ReplicaRow) -> ReplicaOut:
+    return ReplicaOut(
+        replica=r.id,
+        role=r.role,
+        rank=r.rank,
+        node=r.node,
+        gpus=list(r.gpus),
+        state=r.state,
+        pid=r.pid,
+        exit_code=r.exit_code,
+    )
+
+
+def event_out(e: EventRow) -> EventOut:
+    return EventOut(seq=e.id, at=e.at, kind=e.kind, message=e.message, data=dict(e.data or {}))
+
+
+def node_out(n: NodeRow, used: int, jobs: list[str]) -> NodeOut:
+    state = n.state
+    if state in ("ready", "suspect") and n.cordoned:
+        state = "draining" if used else "cordoned"
+    inv = n.inventory
+    return NodeOut(
+        name=n.name,
+        pool=n.pool,
+        gpu=str(inv.get("gpu", "")),
+        gpus=n.gpus,
+        gpus_used=used,
+        pod=n.pod,
+        rack=n.rack,
+        state=state,
+        last_heartbeat=n.last_heartbeat,
+        jobs=jobs,
+        source=str(inv.get("source", "declared")),
+        address=str(inv.get("address", "")),
+    )

@@ -1,0 +1,231 @@
+"""What one scheduling pass sees, read from the store: the fleet, who holds which GPUs, and
+the jobs waiting, turned into the core's ``Snapshot``.
+
+GPUs are held by replicas that are ``waiting``, ``starting``, ``running`` or ``stopping``. A job
+being preempted still holds its GPUs until its replicas exit; the GPUs a newly bound job was
+given out of them count as that job's, and the rest as a short-lived ``draining`` allocation
+that ends when the grace period does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from boltforge.control.fleet import Fleet, build_fleet
+from boltforge.control.lifecycle import HOLDING, WAITING
+from boltforge.control.models import JobRow, NodeRow, ReplicaRow, RunRow
+from boltforge.core.cycle import Snapshot
+from boltforge.core.gang import Gang
+from boltforge.core.quota import lineage
+from boltforge.core.state import Allocation, Conflict, FleetState, Grant
+from boltforge.core.workload import Job, Running, Usage
+from boltforge.spec.errors import SpecError
+from boltforge.spec.job import JobSpec
+from boltforge.spec.resolve import to_gang
+from boltforge.wire.agent import Inventory
+
+ACTIVE = ("waiting", "starting", "running", "stopping")
+USABLE_NODES = ("ready", "suspect")
+
+
+@dataclass
+class Caches:
+    """What passes may reuse: the fleet per node set, and each job's gang per fleet."""
+
+    fleets: dict[tuple[object, ...], Fleet] = field(default_factory=dict)
+    gangs: dict[tuple[str, int], Gang | None] = field(default_factory=dict)
+
+
+@dataclass
+class World:
+    """One pass's view. ``rows`` holds every job the pass may change, by id."""
+
+    fleet: Fleet
+    state: FleetState
+    nodes: dict[str, NodeRow]
+    rows: dict[str, JobRow]
+    pending: list[Job]
+    running: list[Running]
+    replicas: dict[str, list[ReplicaRow]]
+    unresolved: dict[str, str]
+    now: float
+
+    def snapshot(self, usage: Usage, recent: tuple[tuple[float, int], ...]) -> Snapshot:
+        return Snapshot(
+            self.state,
+            tuple(self.pending),
+            tuple(self.running),
+            self.now,
+            usage=usage,
+            recent_preemptions=recent,
+        )
+
+
+def load_fleet(s: Session, caches: Caches) -> tuple[Fleet, dict[str, NodeRow]]:
+    """The fleet over every registered node (reused while no node's inventory changes)."""
+    nodes = {n.name: n for n in s.scalars(select(NodeRow))}
+    key = tuple(sorted((n.name, repr(sorted(n.inventory.items()))) for n in nodes.values()))
+    fleet = caches.fleets.get(key)
+    if fleet is None:
+        inventories = [Inventory.model_validate(n.inventory) for n in nodes.values()]
+        fleet = build_fleet("fleet", inventories)
+        caches.fleets.clear()
+        caches.fleets[key] = fleet
+    return fleet, nodes
+
+
+def load_world(s: Session, now: float, caches: Caches) -> World:
+    """Read the store into a ``World`` for one pass at time ``now``."""
+    fleet, nodes = load_fleet(s, caches)
+    state = FleetState(fleet.tree)
+    for name, node in nodes.items():
+        if node.state not in USABLE_NODES or node.cordoned:
+            state.cordoned[fleet.index[name]] = True
+    active = list(s.scalars(select(ReplicaRow).where(ReplicaRow.state.in_(ACTIVE))))
+    by_job: dict[str, list[ReplicaRow]] = defaultdict(list)
+    for r in active:
+        by_job[r.job_id].append(r)
+    live = list(s.scalars(select(JobRow).where(JobRow.state.in_((*WAITING, *HOLDING)))))
+    rows = {j.id: j for j in live}
+    for extra in set(by_job) - set(rows):
+        row = s.get(JobRow, extra)
+        if row is not None:
+            rows[extra] = row
+    world = World(fleet, state, nodes, rows, [], [], by_job, {}, now)
+    _hold(world, caches)
+    for row in sorted((r for r in rows.values() if r.state in WAITING), key=lambda r: r.id):
+        job = _job(world, row, caches)
+        if job is not None:
+            world.pending.append(job)
+    return world
+
+
+def _hold(world: World, caches: Caches) -> None:
+    """Allocate the GPUs of holding jobs first, then what leaving jobs still occupy."""
+    claimed: set[tuple[str, int]] = set()
+    for job_id, reps in sorted(world.replicas.items()):
+        row = world.rows.get(job_id)
+        if row is None or row.state not in HOLDING:
+            continue
+        grants = _grants(world.fleet, reps)
+        limit = _limit(row)
+        end = row.bound_at + limit if row.bound_at is not None and limit else None
+        if not _allocate(world.state, Allocation(job_id, grants, end, row.priority)):
+            continue
+        claimed |= {(r.node, g) for r in reps for g in r.gpus}
+        job = _job(world, row, caches)
+        if job is not None:
+            world.running.append(_running(job, world.state.allocations[job_id], row))
+    for job_id, reps in sorted(world.replicas.items()):
+        row = world.rows.get(job_id)
+        if row is not None and row.state in HOLDING:
+            continue
+        left = [_without(r, claimed) for r in reps]
+        grants = _grants(world.fleet, [r for r in left if r.gpus])
+        ends = [(r.stop_requested_at or world.now) + float(r.spec.get("grace_s", 30)) for r in reps]
+        if grants:
+            _allocate(world.state, Allocation(f"draining:{job_id}", grants, max(ends), 0))
+
+
+def _without(rep: ReplicaRow, claimed: set[tuple[str, int]]) -> ReplicaRow:
+    free = [g for g in rep.gpus if (rep.node, g) not in claimed]
+    return ReplicaRow(
+        id=rep.id,
+        role=rep.role,
+        rank=rep.rank,
+        node=rep.node,
+        gpus=free,
+        cpus=rep.cpus if free else 0.0,
+        memory_gb=rep.memory_gb if free else 0.0,
+    )
+
+
+def _grants(fleet: Fleet, reps: Iterable[ReplicaRow]) -> tuple[Grant, ...]:
+    return tuple(
+        Grant(r.role, r.rank, fleet.index[r.node], tuple(r.gpus), r.cpus, r.memory_gb)
+        for r in reps
+        if r.node in fleet.index
+    )
+
+
+def _allocate(state: FleetState, allocation: Allocation) -> bool:
+    try:
+        state.allocate(allocation)
+    except Conflict:
+        return False
+    return True
+
+
+def _limit(row: JobRow) -> float | None:
+    value = row.spec.get("time_limit")
+    return float(value) if value is not None else None
+
+
+def gang_of(row: JobRow, fleet: Fleet, caches: Caches) -> Gang | None:
+    """The job's gang on ``fleet`` (None when its spec names hardware the fleet lacks)."""
+    key = (row.id, id(fleet))
+    if key not in caches.gangs:
+        try:
+            caches.gangs[key] = to_gang(JobSpec.model_validate(row.spec), fleet.tree, row.id)
+        except SpecError:
+            caches.gangs[key] = None
+    return caches.gangs[key]
+
+
+def _job(world: World, row: JobRow, caches: Caches) -> Job | None:
+    gang = gang_of(row, world.fleet, caches)
+    if gang is None:
+        world.unresolved[row.id] = "its spec names GPUs this fleet does not have"
+        return None
+    spec = row.spec
+    elastic = spec.get("elastic")
+    deadline = spec.get("deadline")
+    checkpoint = spec.get("checkpoint", {})
+    return Job(
+        row.id,
+        gang,
+        row.queue,
+        row.submitted_at,
+        time_limit=_limit(row),
+        deadline=datetime.fromisoformat(deadline).timestamp() if deadline else None,
+        preemptible=bool(spec.get("preemptible", True)),
+        elastic=(int(elastic["min"]), int(elastic["max"])) if elastic else None,
+        checkpoint_interval=checkpoint.get("interval"),
+        attained_gpu_seconds=row.attained_gpu_s,
+    )
+
+
+def _running(job: Job, allocation: Allocation, row: JobRow) -> Running:
+    return Running(
+        job,
+        allocation,
+        row.bound_at or 0.0,
+        last_checkpoint=row.last_checkpoint_at,
+        last_preempted=row.last_preempted_at,
+        borrowed=row.borrowed,
+    )
+
+
+def usage(s: Session, now: float, half_life_s: float) -> Usage:
+    """Fair-share usage per queue (and every queue above it): each run's GPU-seconds, decayed
+    exactly with ``half_life_s`` (a run ending ``t`` seconds ago counts ``2**(-t/h)``)."""
+    horizon = now - 20 * half_life_s
+    runs = s.scalars(
+        select(RunRow).where((RunRow.ended_at.is_(None)) | (RunRow.ended_at > horizon))
+    )
+    rate = math.log(2) / half_life_s
+    out: dict[str, float] = {}
+    for run in runs:
+        end = min(run.ended_at if run.ended_at is not None else now, now)
+        start = min(run.started_at, end)
+        gpu_s = run.gpus * (math.exp(-rate * (now - end)) - math.exp(-rate * (now - start))) / rate
+        for q in lineage(run.queue):
+            out[q] = out.get(q, 0.0) + gpu_s
+    return Usage(out, now)

@@ -1,0 +1,167 @@
+"""The agent protocol: a node registers its inventory, holds a lease by heartbeating, long-polls
+the replicas it should run, and reports what happened to them.
+
+The server owns the desired state of every node (``DesiredState``: the replicas to run or stop,
+with a version that grows on every change); the agent converges on it and reports back
+(``AgentReport``). Every replica carries its job's allocation ``epoch``: a report for an epoch
+the server has moved past is refused, so a partitioned node cannot act on a stale allocation.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Inventory(_Wire):
+    """What a node has and where it sits. GPUs come from NVML where present (``source:
+    nvml``), else from a declared inventory file (``declared``), so any machine can stand in
+    for a GPU host. ``address`` is where the node's peers reach it (``MASTER_ADDR``)."""
+
+    name: str = Field(pattern=NAME)
+    pool: str = Field("default", pattern=NAME)
+    gpu: str = "none"
+    gpu_memory_gb: float = Field(0, ge=0)
+    gpus: int = Field(0, ge=0, le=64)
+    nvlink_island: int | None = Field(None, ge=1)
+    cpus: int = Field(1, ge=1)
+    memory_gb: float = Field(1, gt=0)
+    rails: int | None = Field(None, ge=1)
+    pod: str = Field("pod0", pattern=NAME)
+    rack: str = Field("rack0", pattern=NAME)
+    tier: Literal["reserved", "on-demand", "spot"] = "reserved"
+    price_per_gpu_hour: float = Field(0, ge=0)
+    address: str = "127.0.0.1"
+    source: Literal["nvml", "declared"] = "declared"
+
+
+class ReplicaStatus(_Wire):
+    """A replica the agent has: running (``pid``) or exited since its last report."""
+
+    replica: str
+    job: str
+    epoch: int
+    state: Literal["running", "stopping", "exited"]
+    pid: int | None = None
+
+
+class Registration(_Wire):
+    """``POST /v1/agents/register``: the node's inventory and whatever it still runs (after
+    an agent or server restart, so the two can reconcile)."""
+
+    inventory: Inventory
+    running: list[ReplicaStatus] = []
+    agent_version: str = ""
+
+
+class Lease(_Wire):
+    """The server's answer to a registration or heartbeat. The agent must heartbeat every
+    ``heartbeat_s``; if no heartbeat is answered for ``lease_s`` it must stop every replica
+    (fencing). ``stop`` lists replicas the server does not know or has moved past."""
+
+    node: str
+    session: str
+    lease_s: float
+    heartbeat_s: float
+    stop: list[str] = []
+    desired_version: int = 0
+
+
+class Heartbeat(_Wire):
+    """``POST /v1/agents/{node}/heartbeat``: renew the lease, say what runs, and how the node
+    feels (``health``: free-form facts such as a failed preflight check)."""
+
+    session: str
+    running: list[ReplicaStatus] = []
+    health: dict[str, str] = {}
+
+
+class ReplicaSpec(_Wire):
+    """One replica the node should run (``action: run``) or stop (``stop``: checkpoint signal,
+    then kill after ``grace_s``). ``gpus`` are the node's GPU indices; the agent maps them to
+    ``CUDA_VISIBLE_DEVICES``. ``env`` holds the rank variables a distributed job expects."""
+
+    replica: str
+    job: str
+    epoch: int
+    action: Literal["run", "stop"]
+    command: list[str] = []
+    cwd: str | None = None
+    env: dict[str, str] = {}
+    gpus: list[int] = []
+    grace_s: float = 30.0
+    checkpoint_dir: str | None = None
+    image: str | None = None
+
+
+class DesiredState(_Wire):
+    """``GET /v1/agents/{node}/desired?since=V&wait=S``: answered as soon as the node's
+    version passes ``V`` (or after ``S`` seconds with the same version)."""
+
+    node: str
+    version: int
+    replicas: list[ReplicaSpec] = []
+
+
+class ReplicaEvent(_Wire):
+    """Something that happened to a replica. ``started``: the process is up (``pid``).
+    ``exited``: it ended (``exit_code``, or ``signal`` when killed); ``checkpoint_s`` is how
+    long it took to exit after the checkpoint signal. ``failed``: it could not be started."""
+
+    replica: str
+    job: str
+    epoch: int
+    kind: Literal["started", "exited", "failed"]
+    at: float
+    pid: int | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    checkpoint_s: float | None = None
+    detail: str = ""
+
+
+class LogChunk(_Wire):
+    """A piece of a replica's output (stdout and stderr together), numbered per replica."""
+
+    replica: str
+    job: str
+    epoch: int
+    seq: int = Field(ge=0)
+    data: str
+
+
+class Progress(_Wire):
+    """A training step reported through the SDK: step number, seconds the step took on this
+    rank, whether a checkpoint was written at this step, and any metrics."""
+
+    replica: str
+    job: str
+    epoch: int
+    rank: int = Field(ge=0)
+    step: int = Field(ge=0)
+    at: float
+    step_time_s: float | None = Field(None, ge=0)
+    checkpoint: bool = False
+    metrics: dict[str, float] = {}
+
+
+class AgentReport(_Wire):
+    """``POST /v1/agents/{node}/report``: events, log chunks and progress, batched."""
+
+    session: str
+    events: list[ReplicaEvent] = []
+    logs: list[LogChunk] = []
+    progress: list[Progress] = []
+
+
+class ReportReply(_Wire):
+    """Which of the report's items were refused because their epoch is stale."""
+
+    refused: list[str] = []

@@ -1,0 +1,223 @@
+"""The job API: submitting, listing, inspecting, explaining and cancelling jobs."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+JobState = Literal[
+    "pending",
+    "scheduled",
+    "running",
+    "preempting",
+    "requeued",
+    "succeeded",
+    "failed",
+    "cancelled",
+]
+TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Reply(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class SubmitRequest(_Request):
+    """``POST /v1/jobs``: a job spec (as JSON in ``spec`` or YAML text in ``yaml``) and the
+    command line's overrides. ``array`` makes it an array job (``0-99``, ``0-99:2``, ``1,3,5``):
+    one queued object whose tasks see their index in ``BOLT_ARRAY_INDEX``. A retry with the
+    same ``idempotency_key`` (or ``Idempotency-Key`` header) returns the job already made."""
+
+    spec: dict[str, Any] | None = None
+    yaml: str | None = Field(None, max_length=1_000_000)
+    source: str = Field("job", max_length=200)
+    gpus: str | None = Field(None, max_length=40)
+    priority: str | None = Field(None, max_length=20)
+    team: str | None = Field(None, max_length=63)
+    array: str | None = Field(None, max_length=200)
+    idempotency_key: str | None = Field(None, max_length=200)
+
+
+class Problem(_Reply):
+    """One thing wrong with a request: the field, what was given, and the fix."""
+
+    field: str
+    value: Any = None
+    message: str
+
+
+class ErrorReply(_Reply):
+    """Every 4xx reply: a one-line ``error`` and, for bad input, each ``problem`` with its fix."""
+
+    error: str
+    problems: list[Problem] = []
+
+
+class ReplicaOut(_Reply):
+    """Where one replica runs (or ran): node, GPUs, and its process state."""
+
+    replica: str
+    role: str
+    rank: int
+    node: str
+    gpus: list[int]
+    state: str
+    pid: int | None = None
+    exit_code: int | None = None
+
+
+class EventOut(_Reply):
+    """One entry of a job's timeline."""
+
+    seq: int
+    at: float
+    kind: str
+    message: str
+    data: dict[str, Any] = {}
+
+
+class JobSummary(_Reply):
+    """A row of ``bolt queue``. ``position`` is the place in line (pending jobs only),
+    ``reason`` why it waits (quota, topology, capacity, reservation-ahead, ...) and
+    ``estimated_start`` when it should start (seconds since the epoch), where known."""
+
+    id: str
+    name: str
+    team: str
+    project: str | None = None
+    user: str = ""
+    priority: int
+    priority_name: str
+    state: JobState
+    gpus: int
+    replicas: int
+    submitted_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    position: int | None = None
+    reason: str = ""
+    estimated_start: float | None = None
+    nodes: str = ""
+    array: str | None = None
+    array_task: int | None = None
+    preemptions: int = 0
+    restarts: int = 0
+    exit_code: int | None = None
+    last_step: int | None = None
+
+
+class JobDetail(JobSummary):
+    """``GET /v1/jobs/{id}``: the summary plus the spec, where each replica runs, why (the
+    placement explanation), why not (the waiting diagnosis), the timeline and the meter."""
+
+    spec: dict[str, Any] = {}
+    epoch: int = 0
+    placement: list[ReplicaOut] = []
+    explanation: list[str] = []
+    waiting: list[str] = []
+    events: list[EventOut] = []
+    last_checkpoint_at: float | None = None
+    gpu_hours: float = 0.0
+    dollars: float = 0.0
+
+
+class SubmitReply(_Reply):
+    """The job made (or found, for a repeated idempotency key), and the tasks of an array."""
+
+    job: JobSummary
+    tasks: list[str] = []
+    created: bool = True
+
+
+class TeamLoad(_Reply):
+    """Another team's work in aggregate (what a member sees of teams not their own)."""
+
+    team: str
+    pending: int
+    running: int
+    gpus: int
+
+
+class JobList(_Reply):
+    jobs: list[JobSummary]
+    others: list[TeamLoad] = []
+
+
+class EventPage(_Reply):
+    """``GET /v1/jobs/{id}/events?after=N&wait=S``: the events after ``N``, long-polled."""
+
+    job: str
+    state: JobState
+    events: list[EventOut]
+
+
+class LogPage(_Reply):
+    """``GET /v1/jobs/{id}/logs?after=N&wait=S``: log lines after sequence ``N``."""
+
+    job: str
+    state: JobState
+    next: int
+    lines: list[str]
+
+
+class NodeOut(_Reply):
+    """A row of ``bolt nodes``."""
+
+    name: str
+    pool: str
+    gpu: str
+    gpus: int
+    gpus_used: int
+    pod: str
+    rack: str
+    state: Literal["ready", "suspect", "dead", "cordoned", "draining"]
+    last_heartbeat: float | None = None
+    jobs: list[str] = []
+    source: str = "declared"
+    address: str = ""
+
+
+class NodeList(_Reply):
+    nodes: list[NodeOut]
+
+
+class FleetOut(_Reply):
+    """``GET /v1/fleet``: what ``bolt top`` shows: capacity, use and the queue at a glance."""
+
+    nodes: int
+    nodes_ready: int
+    gpus: int
+    gpus_used: int
+    jobs_running: int
+    jobs_pending: int
+    fragmentation: float
+    by_team: dict[str, int] = {}
+    by_state: dict[str, int] = {}
+    last_cycle_ms: float | None = None
+    cycles: int = 0
+
+
+class TokenRequest(_Request):
+    """``POST /v1/tokens`` (admins): a token for a person or an agent."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,62}$")
+    role: Literal["admin", "member", "viewer", "agent"]
+    team: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+
+
+class TokenReply(_Reply):
+    name: str
+    role: str
+    team: str | None = None
+    token: str
+
+
+class WhoAmI(_Reply):
+    name: str
+    role: str
+    team: str | None = None
