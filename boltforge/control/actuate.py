@@ -48,8 +48,11 @@ def apply(s: Session, world: World, result: CycleResult, settings: Settings) -> 
     for ev in result.evictions:
         touched |= evict(s, world, ev)
     ports = _ports_in_use(world)
+    victims: dict[str, list[str]] = {}
+    for ev in result.evictions:
+        victims.setdefault(ev.for_job, []).append(ev.job)
     for b in result.binds:
-        touched |= bind(s, world, b, settings, ports)
+        touched |= bind(s, world, b, settings, ports, victims.get(b.job, []))
     for w in result.waiting:
         _wait(world, w)
     return touched
@@ -106,8 +109,16 @@ def close_run(s: Session, row: JobRow, at: float) -> None:
         row.attained_gpu_s += run.gpus * max(at - run.started_at, 0.0)
 
 
-def bind(s: Session, world: World, b: Bind, settings: Settings, ports: set[int]) -> Touched:
-    """Start a new allocation epoch for ``b.job``: one ``waiting`` replica per grant."""
+def bind(
+    s: Session,
+    world: World,
+    b: Bind,
+    settings: Settings,
+    ports: set[int],
+    victims: list[str],
+) -> Touched:
+    """Start a new allocation epoch for ``b.job``: one ``waiting`` replica per grant.
+    ``victims`` are the jobs preempted to make room (named on the ``placed`` event)."""
     row = world.rows.get(b.job)
     if row is None or row.state not in WAITING:
         return Touched()
@@ -139,7 +150,7 @@ def bind(s: Session, world: World, b: Bind, settings: Settings, ports: set[int])
     row.explanation = [summary, *describe(tree, b.placement), *([b.note] if b.note else [])]
     row.reason, row.position, row.estimated_start, row.waiting = "", None, None, []
     resumed = " (resumes from its last checkpoint)" if row.epoch > 1 else ""
-    data = {"nodes": hostlist(hosts), "epoch": row.epoch, "gpus": gpus}
+    data = {"nodes": hostlist(hosts), "epoch": row.epoch, "gpus": gpus, "preempted": victims}
     transition(s, row, "scheduled", world.now, f"placed: {summary}{resumed}", "placed", data)
     if b.note:
         record(s, row.id, world.now, "note", b.note)

@@ -64,6 +64,8 @@ def _overridden(data: dict[str, Any], req: SubmitRequest) -> dict[str, Any]:
         out["priority"] = int(p) if p.isdigit() else p
     if req.team is not None:
         out["team"] = req.team
+    if req.workdir is not None and not out.get("workdir"):
+        out["workdir"] = req.workdir
     return out
 
 

@@ -29,9 +29,11 @@ class _Reply(BaseModel):
 
 class SubmitRequest(_Request):
     """``POST /v1/jobs``: a job spec (as JSON in ``spec`` or YAML text in ``yaml``) and the
-    command line's overrides. ``array`` makes it an array job (``0-99``, ``0-99:2``, ``1,3,5``):
-    one queued object whose tasks see their index in ``BOLT_ARRAY_INDEX``. A retry with the
-    same ``idempotency_key`` (or ``Idempotency-Key`` header) returns the job already made."""
+    command line's overrides. ``workdir`` applies only when the spec names none (``bolt
+    submit`` sends the directory it runs in). ``array`` makes it an array job (``0-99``,
+    ``0-99:2``, ``1,3,5``): one queued object whose tasks see their index in
+    ``BOLT_ARRAY_INDEX``. A retry with the same ``idempotency_key`` (or ``Idempotency-Key``
+    header) returns the job already made."""
 
     spec: dict[str, Any] | None = None
     yaml: str | None = Field(None, max_length=1_000_000)
@@ -40,6 +42,7 @@ class SubmitRequest(_Request):
     priority: str | None = Field(None, max_length=20)
     team: str | None = Field(None, max_length=63)
     array: str | None = Field(None, max_length=200)
+    workdir: str | None = Field(None, max_length=4096)
     idempotency_key: str | None = Field(None, max_length=200)
 
 

@@ -1,0 +1,144 @@
+"""A small typed client for the Boltforge HTTP API, used by the ``bolt`` command, benchmarks
+and tests. Errors come back as ``ApiFailure`` carrying the server's message and problems."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+from platformdirs import user_config_dir
+from pydantic import BaseModel
+
+from boltforge.wire.jobs import (
+    EventPage,
+    FleetOut,
+    JobDetail,
+    JobList,
+    LogPage,
+    NodeList,
+    Problem,
+    SubmitReply,
+    SubmitRequest,
+    TokenReply,
+    TokenRequest,
+    WhoAmI,
+)
+
+T = TypeVar("T", bound=BaseModel)
+DEFAULT_SERVER = "http://127.0.0.1:8600"
+
+
+def config_path() -> Path:
+    """Where ``bolt up`` leaves the server address and token for later commands."""
+    return Path(user_config_dir("boltforge")) / "client.json"
+
+
+def resolve(server: str | None, token: str | None) -> tuple[str, str | None]:
+    """Server and token from the arguments, else ``BOLT_SERVER`` / ``BOLT_TOKEN``, else the
+    file ``bolt up`` wrote, else the default local server."""
+    saved: dict[str, Any] = {}
+    path = config_path()
+    if path.exists():
+        try:
+            saved = json.loads(path.read_text())
+        except (OSError, ValueError):
+            saved = {}
+    url = server or os.environ.get("BOLT_SERVER") or saved.get("server") or DEFAULT_SERVER
+    tok = token or os.environ.get("BOLT_TOKEN") or saved.get("token")
+    return str(url).rstrip("/"), tok
+
+
+class ApiFailure(Exception):
+    """The server refused a request (4xx/5xx) or could not be reached (``status`` 0)."""
+
+    def __init__(self, status: int, message: str, problems: list[Problem] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.problems = problems or []
+
+
+class Client:
+    """Calls to one server with one token (``Authorization: Bearer``)."""
+
+    def __init__(self, server: str, token: str | None, timeout: float = 30.0) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.server = server
+        self.http = httpx.Client(base_url=server, headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _call(
+        self, method: str, path: str, model: type[T], timeout: float | None = None, **kw: Any
+    ) -> T:
+        try:
+            r = self.http.request(method, path, timeout=timeout or self.http.timeout, **kw)
+        except httpx.HTTPError as e:
+            raise ApiFailure(
+                0,
+                f"cannot reach {self.server}: {e}. To fix: start it with "
+                "`bolt up` or `bolt server`, or set BOLT_SERVER",
+            ) from None
+        if r.status_code >= 400:
+            raise _failure(r)
+        return model.model_validate(r.json())
+
+    def submit(self, req: SubmitRequest, idempotency_key: str | None = None) -> SubmitReply:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        body = req.model_dump(exclude_none=True)
+        return self._call("POST", "/v1/jobs", SubmitReply, json=body, headers=headers)
+
+    def jobs(self, state: str | None = None, team: str | None = None) -> JobList:
+        params = {k: v for k, v in (("state", state), ("team", team)) if v}
+        return self._call("GET", "/v1/jobs", JobList, params=params)
+
+    def job(self, job_id: str) -> JobDetail:
+        return self._call("GET", f"/v1/jobs/{job_id}", JobDetail)
+
+    def cancel(self, job_id: str) -> JobList:
+        return self._call("POST", f"/v1/jobs/{job_id}/cancel", JobList)
+
+    def events(self, job_id: str, after: int = 0, wait: float = 0.0) -> EventPage:
+        params = {"after": after, "wait": wait}
+        return self._call("GET", f"/v1/jobs/{job_id}/events", EventPage, wait + 10, params=params)
+
+    def logs(self, job_id: str, after: int = 0, wait: float = 0.0) -> LogPage:
+        params = {"after": after, "wait": wait}
+        return self._call("GET", f"/v1/jobs/{job_id}/logs", LogPage, wait + 10, params=params)
+
+    def nodes(self) -> NodeList:
+        return self._call("GET", "/v1/nodes", NodeList)
+
+    def fleet(self) -> FleetOut:
+        return self._call("GET", "/v1/fleet", FleetOut)
+
+    def whoami(self) -> WhoAmI:
+        return self._call("GET", "/v1/whoami", WhoAmI)
+
+    def create_token(self, req: TokenRequest) -> TokenReply:
+        return self._call("POST", "/v1/tokens", TokenReply, json=req.model_dump(exclude_none=True))
+
+    def healthy(self) -> bool:
+        try:
+            return self.http.get("/healthz", timeout=2.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+
+def _failure(r: httpx.Response) -> ApiFailure:
+    try:
+        body = r.json()
+    except ValueError:
+        return ApiFailure(r.status_code, r.text[:500] or f"HTTP {r.status_code}")
+    problems = [Problem.model_validate(p) for p in body.get("problems", [])]
+    return ApiFailure(r.status_code, str(body.get("error", body)), problems)
