@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from boltforge.cli.agent import agent_command
 from boltforge.cli.common import console, print_json, spec_errors, timed
 from boltforge.cli.fleet import fleet_app
 from boltforge.cli.render import decision_dict, print_decision
@@ -28,6 +29,7 @@ app = typer.Typer(
 )
 app.add_typer(fleet_app, name="fleet")
 app.command("simulate")(simulate_command)
+app.command("agent")(agent_command)
 
 
 class Mode(StrEnum):

@@ -1,0 +1,153 @@
+"""The HTTP client for the agent endpoints of the control plane.
+
+Every call returns the reply's model or raises one of three errors, which say what to do next:
+``SessionLost`` (409: register again), ``Refused`` (another 4xx: the request itself is wrong,
+sending it again will not help) and ``Unreachable`` (no answer, a 5xx, or a reply that is not
+the expected body: try again later).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TypeVar
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from boltforge.wire.agent import (
+    AgentReport,
+    DesiredState,
+    Heartbeat,
+    Lease,
+    Registration,
+    ReportReply,
+)
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class AgentClientError(Exception):
+    """A call to the control plane did not return its reply."""
+
+
+class SessionLost(AgentClientError):
+    """409: the session is unknown or superseded. Register again, then resend."""
+
+
+class Unreachable(AgentClientError):
+    """No usable answer (connection, timeout, 5xx, malformed body). Retry with backoff."""
+
+
+class Refused(AgentClientError):
+    """A 4xx other than 409: the server's ``error`` and ``problems`` say why."""
+
+    def __init__(self, status: int, error: str, problems: list[str]) -> None:
+        self.status = status
+        self.error = error
+        self.problems = problems
+        detail = "; ".join(problems)
+        super().__init__(f"{status} {error}" + (f": {detail}" if detail else ""))
+
+
+class Backoff:
+    """Delays that double from ``first_s`` up to ``max_s``, with jitter; ``reset`` on success."""
+
+    def __init__(self, first_s: float = 0.2, max_s: float = 10.0) -> None:
+        self.first_s, self.max_s, self._next = first_s, max_s, first_s
+
+    def next(self) -> float:
+        delay, self._next = self._next, min(self._next * 2, self.max_s)
+        return delay * random.uniform(0.8, 1.2)
+
+    def reset(self) -> None:
+        self._next = self.first_s
+
+
+class ServerClient:
+    """Calls ``/v1/agents/...`` on ``base_url`` with ``Authorization: Bearer <token>``.
+    ``transport`` lets tests substitute httpx's mock transport."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        timeout_s: float = 10.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.timeout_s = timeout_s
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"),
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout_s,
+            transport=transport,
+        )
+
+    async def register(self, body: Registration) -> Lease:
+        return await self._call("POST", "/v1/agents/register", Lease, body)
+
+    async def heartbeat(self, node: str, body: Heartbeat, timeout_s: float) -> Lease:
+        return await self._call("POST", _node(node, "heartbeat"), Lease, body, timeout_s)
+
+    async def desired(self, node: str, since: int, wait_s: float) -> DesiredState:
+        """Long-poll: answered once the node's version passes ``since`` or after ``wait_s``."""
+        path = f"{_node(node, 'desired')}?since={since}&wait={wait_s:g}"
+        return await self._call("GET", path, DesiredState, None, wait_s + self.timeout_s)
+
+    async def report(self, node: str, body: AgentReport) -> ReportReply:
+        return await self._call("POST", _node(node, "report"), ReportReply, body)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        model: type[M],
+        body: BaseModel | None,
+        timeout_s: float | None = None,
+    ) -> M:
+        content = body.model_dump_json().encode() if body is not None else None
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        timeout = timeout_s if timeout_s is not None else self.timeout_s
+        try:
+            reply = await self._http.request(
+                method, path, content=content, headers=headers, timeout=timeout
+            )
+        except httpx.HTTPError as e:
+            raise Unreachable(f"{method} {path}: {type(e).__name__} {e}".strip()) from e
+        _raise_for(reply)
+        try:
+            return model.model_validate_json(reply.content)
+        except ValidationError as e:
+            raise Unreachable(
+                f"{method} {path}: unexpected reply ({e.error_count()} errors)"
+            ) from e
+
+
+def _node(node: str, what: str) -> str:
+    return f"/v1/agents/{quote(node, safe='')}/{what}"
+
+
+def _raise_for(reply: httpx.Response) -> None:
+    status = reply.status_code
+    if status < 400:
+        return
+    if status == 409:
+        raise SessionLost(_error(reply)[0])
+    if status >= 500 or status in (408, 429):
+        raise Unreachable(f"{status} {_error(reply)[0]}")
+    raise Refused(status, *_error(reply))
+
+
+def _error(reply: httpx.Response) -> tuple[str, list[str]]:
+    try:
+        data = reply.json()
+    except ValueError:
+        return reply.text[:200], []
+    if not isinstance(data, dict):
+        return str(data)[:200], []
+    problems = data.get("problems") or []
+    listed = [str(p) for p in problems] if isinstance(problems, list) else [str(problems)]
+    return str(data.get("error", "")), listed

@@ -1,0 +1,55 @@
+"""Which replicas to start and stop so the node matches its desired state (pure, no I/O)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from boltforge.wire.agent import ReplicaSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """``start``: specs to launch. ``stop``: replica names to stop, each with the grace the
+    desired state gives it (None: the grace of the spec it was started with)."""
+
+    start: list[ReplicaSpec] = field(default_factory=list)
+    stop: dict[str, float | None] = field(default_factory=dict)
+
+
+def plan(
+    desired: Iterable[ReplicaSpec],
+    live: Mapping[str, int],
+    finished: set[tuple[str, int]],
+) -> Plan:
+    """Compare the desired replicas with ``live`` (replica name -> epoch of the process the
+    agent has) and ``finished`` (``(replica, epoch)`` pairs already run to exit or failed).
+
+    - ``run`` at the live epoch: nothing. At another epoch: stop the live one first; the new
+      one starts on a later call, once the old has exited. Never started, and not finished
+      at that epoch: start. Finished at that epoch: nothing (a replica runs once per epoch).
+    - ``stop``: stop the live replica unless it runs a newer epoch than the stop names.
+    - A live replica the desired state does not list: stop.
+
+    Idempotent: calling it again before anything changed gives the same plan; the caller
+    ignores stops of replicas already stopping.
+    """
+    out = Plan()
+    named: set[str] = set()
+    starting: set[str] = set()
+    for spec in desired:
+        named.add(spec.replica)
+        epoch = live.get(spec.replica)
+        if spec.action == "stop":
+            if epoch is not None and epoch <= spec.epoch:
+                out.stop[spec.replica] = spec.grace_s
+        elif epoch is not None:
+            if epoch != spec.epoch:
+                out.stop[spec.replica] = None
+        elif (spec.replica, spec.epoch) not in finished and spec.replica not in starting:
+            out.start.append(spec)
+            starting.add(spec.replica)
+    for name in live:
+        if name not in named:
+            out.stop[name] = None
+    return out

@@ -1,0 +1,172 @@
+"""The replicas on this node: starting, stopping (checkpoint signal, grace, kill), reaping, and
+collecting their output into the outbox."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable, Coroutine, Mapping
+from pathlib import Path
+from typing import Any
+
+from boltforge.agent.outbox import Outbox
+from boltforge.agent.processes import (
+    exit_fields,
+    kill_orphans,
+    launch,
+    prepare,
+    replica_env,
+    replica_paths,
+    signal_group,
+)
+from boltforge.agent.replica import Replica
+from boltforge.wire.agent import ReplicaSpec, ReplicaStatus
+
+log = logging.getLogger("boltforge.agent")
+
+# The agent's own credentials, kept out of the replicas' environment.
+AGENT_SECRETS = frozenset({"BOLT_TOKEN", "BOLT_AGENT_TOKEN", "BOLT_ADMIN_TOKEN"})
+
+
+class Runtime:
+    """Owns the node's replica processes. ``live`` maps replica names to the replica running
+    (or stopping) under that name; ``finished`` holds every ``(replica, epoch)`` that has run
+    to exit or failed to start, which is never started again. ``on_exit`` is called after each
+    exit, so the agent can start what waited for it."""
+
+    def __init__(
+        self,
+        work_dir: Path,
+        outbox: Outbox,
+        on_exit: Callable[[], None],
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.work_dir = work_dir
+        self.outbox = outbox
+        self.on_exit = on_exit
+        base = os.environ if env is None else env
+        self.env = {k: v for k, v in base.items() if k not in AGENT_SECRETS}
+        self.live: dict[str, Replica] = {}
+        self.draining: list[Replica] = []
+        self.finished: set[tuple[str, int]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def epochs(self) -> dict[str, int]:
+        return {name: r.spec.epoch for name, r in self.live.items()}
+
+    def statuses(self) -> list[ReplicaStatus]:
+        return [r.status() for r in self.live.values()]
+
+    async def start(self, spec: ReplicaSpec) -> None:
+        """Launch ``spec`` and report ``started``, or report ``failed`` when it cannot start
+        (that epoch is then finished: it is not tried again)."""
+        paths = replica_paths(self.work_dir, spec)
+        replica = Replica(spec, paths)
+        try:
+            prepare(paths)
+            replica.process = await launch(spec, paths, replica_env(spec, paths, self.env))
+        except (OSError, ValueError) as e:
+            self.finished.add((spec.replica, spec.epoch))
+            detail = f"could not start: {e}"
+            log.warning("replica %s (epoch %d) %s", spec.replica, spec.epoch, detail)
+            self.outbox.add_event(replica.event("failed", time.time(), detail=detail))
+            return
+        self.live[spec.replica] = replica
+        log.info("started replica %s (epoch %d) as pid %s", spec.replica, spec.epoch, replica.pid)
+        self.outbox.add_event(replica.event("started", time.time(), pid=replica.pid))
+        self._spawn(self._watch(replica))
+
+    def stop(self, name: str, grace_s: float | None = None) -> None:
+        """Send the checkpoint signal (SIGTERM) to the replica's process group, then SIGKILL
+        after ``grace_s`` (default: its spec's) if it is still there. Stopping a replica that
+        is already stopping, or not live, does nothing."""
+        replica = self.live.get(name)
+        if replica is None or replica.term_at is not None or replica.pid is None:
+            return
+        grace = replica.spec.grace_s if grace_s is None else grace_s
+        replica.term_at = time.monotonic()
+        log.info("stopping replica %s (SIGTERM, %.1fs grace)", name, grace)
+        signal_group(replica.pid, signal.SIGTERM)
+        self._spawn(self._kill_after(replica, grace))
+
+    def stop_all(self) -> None:
+        for name in list(self.live):
+            self.stop(name)
+
+    async def wait_all(self, timeout_s: float) -> None:
+        """Wait until every live replica has exited; SIGKILL what is left after ``timeout_s``."""
+        waiting = [asyncio.create_task(r.done.wait()) for r in self.live.values()]
+        if not waiting:
+            return
+        _, pending = await asyncio.wait(waiting, timeout=timeout_s)
+        for replica in list(self.live.values()):
+            if replica.pid is not None:
+                signal_group(replica.pid, signal.SIGKILL)
+        if pending:
+            await asyncio.wait(pending, timeout=5.0)
+
+    def collect(self) -> bool:
+        """Read new output and progress of every replica into the outbox; forget exited
+        replicas once everything they wrote has been read. True when anything was read."""
+        got = False
+        for replica in self.live.values():
+            got |= replica.collect(self.outbox)
+        keep = []
+        for replica in self.draining:
+            read = replica.collect(self.outbox)
+            got |= read
+            if read or not (self.outbox.log_room() and self.outbox.progress_room()):
+                keep.append(replica)
+        self.draining = keep
+        return got
+
+    async def _watch(self, replica: Replica) -> None:
+        assert replica.process is not None and replica.pid is not None
+        code = await replica.process.wait()
+        ended = time.monotonic()
+        if kill_orphans(replica.pid):
+            log.info("replica %s left processes behind; killed them", replica.name)
+        replica.done.set()
+        exit_code, sig = exit_fields(code)
+        held = None if replica.term_at is None else round(ended - replica.term_at, 3)
+        replica.collect(self.outbox)
+        event = replica.event(
+            "exited",
+            time.time(),
+            pid=replica.pid,
+            exit_code=exit_code,
+            signal=sig,
+            checkpoint_s=held,
+        )
+        self.outbox.add_event(event)
+        log.info("replica %s exited (code %s, signal %s)", replica.name, exit_code, sig)
+        if self.live.get(replica.name) is replica:
+            del self.live[replica.name]
+        self.finished.add((replica.spec.replica, replica.spec.epoch))
+        self.draining.append(replica)
+        self.on_exit()
+
+    async def _kill_after(self, replica: Replica, grace_s: float) -> None:
+        try:
+            await asyncio.wait_for(replica.done.wait(), grace_s)
+        except TimeoutError:
+            if replica.pid is not None and not replica.done.is_set():
+                log.warning("replica %s outlived its %.1fs grace; SIGKILL", replica.name, grace_s)
+                signal_group(replica.pid, signal.SIGKILL)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._finished_task)
+
+    def _finished_task(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("replica task failed", exc_info=task.exception())
+
+    def cancel_tasks(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
