@@ -13,6 +13,7 @@ from boltforge.cli.agent import agent_command
 from boltforge.cli.common import console, print_json, spec_errors, timed
 from boltforge.cli.fleet import fleet_app
 from boltforge.cli.render import decision_dict, print_decision
+from boltforge.cli.server import server_command
 from boltforge.cli.simulate import simulate_command
 from boltforge.core.modes import could_ever_fit, place_now, when_and_where
 from boltforge.core.placement import Decision
@@ -29,6 +30,7 @@ app = typer.Typer(
 )
 app.add_typer(fleet_app, name="fleet")
 app.command("simulate")(simulate_command)
+app.command("server")(server_command)
 app.command("agent")(agent_command)
 
 

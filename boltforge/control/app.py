@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -14,9 +15,10 @@ from boltforge.control.api import admin, agents, errors, jobs, nodes
 from boltforge.control.runtime import Runtime, ServerConfig
 
 
-def create_app(config: ServerConfig) -> FastAPI:
-    """An app for ``config``; the store is migrated and the loop started when it starts."""
-    rt = Runtime(config)
+def create_app(config: ServerConfig, clock: Callable[[], float] = time.time) -> FastAPI:
+    """An app for ``config``; the store is migrated and the loop started when it starts.
+    ``clock`` is the server's time (tests pass a fake one)."""
+    rt = Runtime(config, clock)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

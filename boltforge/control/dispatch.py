@@ -14,7 +14,7 @@ from boltforge.control.models import JobRow, NodeRow, ReplicaRow
 BUSY = ("starting", "running", "stopping")
 
 
-def dispatch(s: Session) -> Touched:
+def dispatch(s: Session, now: float) -> Touched:
     """Move every waiting gang whose GPUs are all free to ``starting`` (in priority order)."""
     waiting = list(s.scalars(select(ReplicaRow).where(ReplicaRow.state == "waiting")))
     if not waiting:
@@ -36,7 +36,7 @@ def dispatch(s: Session) -> Touched:
             continue
         busy |= needs
         for r in reps:
-            r.state = "starting"
+            r.state, r.dispatched_at = "starting", now
             touched.nodes.add(r.node)
         touched.jobs.add(job_id)
     for name in touched.nodes:

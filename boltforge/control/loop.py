@@ -146,7 +146,7 @@ class Scheduler:
             else:
                 for job in arrivals:
                     touched |= self._arrival(s, now, job)
-            touched |= dispatch(s)  # 5. dispatch
+            touched |= dispatch(s, now)  # 5. dispatch
         return touched
 
     def _full(self, s: Session, now: float) -> Touched:

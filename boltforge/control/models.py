@@ -92,6 +92,7 @@ class ReplicaRow(Base):
     state: Mapped[str] = mapped_column(String(16), index=True)
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     pid: Mapped[int | None] = mapped_column(Integer)
+    dispatched_at: Mapped[float | None] = mapped_column(Float)
     started_at: Mapped[float | None] = mapped_column(Float)
     stop_requested_at: Mapped[float | None] = mapped_column(Float)
     exited_at: Mapped[float | None] = mapped_column(Float)

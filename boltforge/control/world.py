@@ -75,7 +75,7 @@ def load_fleet(s: Session, caches: Caches) -> tuple[Fleet, dict[str, NodeRow]]:
     fleet = caches.fleets.get(key)
     if fleet is None:
         inventories = [Inventory.model_validate(n.inventory) for n in nodes.values()]
-        fleet = build_fleet("fleet", inventories)
+        fleet = build_fleet("boltforge", inventories)
         caches.fleets.clear()
         caches.fleets[key] = fleet
     return fleet, nodes

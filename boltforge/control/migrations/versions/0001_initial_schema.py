@@ -176,6 +176,7 @@ def upgrade() -> None:
         sa.Column("state", sa.String(length=16), nullable=False),
         sa.Column("spec", sa.JSON(), nullable=False),
         sa.Column("pid", sa.Integer(), nullable=True),
+        sa.Column("dispatched_at", sa.Float(), nullable=True),
         sa.Column("started_at", sa.Float(), nullable=True),
         sa.Column("stop_requested_at", sa.Float(), nullable=True),
         sa.Column("exited_at", sa.Float(), nullable=True),
