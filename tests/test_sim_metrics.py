@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -117,6 +118,21 @@ def test_productive_utilization_never_exceeds_allocated() -> None:
     m = compute(uneven())
     assert m.util_productive <= m.util_allocated
     assert m.util_productive_samples <= m.util_allocated
+
+
+def test_contended_utilization_counts_only_the_time_a_job_waits() -> None:
+    r = uneven()
+    # a job waits from 10 to 70 only (8 productive of 10 GPUs), and from 100 on (outside)
+    r.samples = [replace(s, queued=1 if s.t in (10, 100) else 0) for s in r.samples]
+    assert compute(r).util_productive_contended == pytest.approx(0.8)
+    assert compute(uneven()).util_productive_contended == 0.0  # nobody ever waits
+
+
+def test_slowed_gpu_hours_are_held_time_beyond_useful_and_lost_work() -> None:
+    # x: 500 held, 450 useful; y: 270 held, 200 useful, 40 lost -> 50 + 30 GPU-s slowed
+    r = uneven()
+    r.jobs[1].lost_gpu_s = 40.0
+    assert compute(r).gpu_hours_slowed == pytest.approx(80 / 3600)
 
 
 def test_fragmentation_is_time_weighted() -> None:

@@ -37,10 +37,12 @@ JSON_KEYS = (
     "avg_bounded_slowdown",
     "util_allocated",
     "util_productive",
+    "util_productive_contended",
     "makespan_s",
     "preemptions",
     "failures",
     "gpu_hours_lost",
+    "gpu_hours_slowed",
     "jain_fairness",
     "worst_ftf",
     "avg_fragmentation",
@@ -93,6 +95,9 @@ def simulate_command(
         float, typer.Option(help="Seconds between checkpoints.")
     ] = 1800.0,
     restart_overhead: Annotated[float, typer.Option(help="Reload and warm-up seconds.")] = 120.0,
+    team_queues: Annotated[
+        bool, typer.Option(help="One fair-share queue per team (off: teams share one factor).")
+    ] = True,
     limit: Annotated[int | None, typer.Option(help="Replay only the first N jobs.")] = None,
     report: Annotated[
         Path | None, typer.Option(help="Write plots and a summary page here.")
@@ -114,6 +119,7 @@ def simulate_command(
             checkpoint_interval_s=checkpoint_interval,
             restart_overhead_s=restart_overhead,
             failures_per_1000_gpu_day=failures,
+            team_queues=team_queues,
         )
         for n in names
     ]

@@ -26,7 +26,7 @@ from boltforge.core.fragmentation import measure
 from boltforge.core.modes import fits_empty, shape_of
 from boltforge.core.placement import place_gang
 from boltforge.core.policy import Ordering, Policy
-from boltforge.core.quota import lineage
+from boltforge.core.quota import QueueSpec, QuotaTree, lineage
 from boltforge.core.state import FleetState
 from boltforge.core.topology import TopologyTree
 from boltforge.core.workload import Job, Running, Usage
@@ -44,7 +44,9 @@ class SimConfig:
     ``failures_per_1000_gpu_day``: host failures per 1,000 GPUs per day (1-4 is typical at
     scale); a failed host is repaired after ``repair_s``. ``interval_s``: also run a full pass
     on this period (None: on events only). ``usage_refresh_s``: how often fair-share usage is
-    brought forward.
+    brought forward. ``team_queues``: give the scheduler one queue per team (``team_tree``), so
+    fair share ranks teams by decayed usage; without them every team shares the root's factor
+    and only the dominant-share tie-break tells teams apart.
     """
 
     policy: Policy
@@ -55,6 +57,7 @@ class SimConfig:
     repair_s: float = 6 * 3600.0
     interval_s: float | None = None
     usage_refresh_s: float = 600.0
+    team_queues: bool = True
 
 
 class Kind(IntEnum):
@@ -99,6 +102,7 @@ class Simulation:
         self.reservations: tuple[Reserve, ...] = ()
         self.recent: list[tuple[float, int]] = []
         self.usage = Usage()
+        self.quota = team_tree(trace) if config.team_queues else None
         self.accrued: dict[str, float] = {}
         self.ideal: dict[object, Placement | None] = {}
         self.events: list[tuple[float, int, int, str]] = []
@@ -214,6 +218,7 @@ class Simulation:
             pending,
             running,
             self.now,
+            quota=self.quota,
             usage=self.usage,
             recent_preemptions=tuple(self.recent),
         )
@@ -376,6 +381,13 @@ class Simulation:
                 measure(self.state).index,
             )
         )
+
+
+def team_tree(trace: list[TraceJob]) -> QuotaTree:
+    """One queue per team of ``trace`` (a team named ``a/b`` nests under ``a``), equal weights and
+    no GPU quotas: fair share ranks each team by its decayed usage against an equal share, and
+    nothing is admitted or refused by quota."""
+    return QuotaTree.build(QueueSpec(team) for team in sorted({t.team for t in trace}))
 
 
 def simulate(

@@ -69,7 +69,14 @@ class Metrics:
       samples. ``util_productive_samples`` is the same integral over the samples'
       ``productive_gpus``, kept as a cross-check (they agree when the engine samples at every
       change of productive rate).
+    * ``util_productive_contended``: the samples' ``productive_gpus`` integrated over the time
+      at least one job waits (``queued > 0``), over ``total_gpus`` times that time: how much of
+      the fleet does useful work when there is work to do. ``util_productive`` cannot tell
+      policies apart once every job finishes, since the productive work is then the trace's
+      work and only the makespan differs; this can. ``0.0`` if no job ever waits.
     * ``preemptions``, ``failures``: sums over jobs; ``gpu_hours_lost`` = sum ``lost_gpu_s`` / 3600.
+    * ``gpu_hours_slowed`` = sum of ``allocated_gpu_s - productive_gpu_s - lost_gpu_s`` / 3600:
+      GPU time held beyond the work done because placements ran slower than ideal.
     * ``dollars`` = sum of ``dollars_by_pool``.
     * ``avg_fragmentation``: time-weighted mean of the samples' fragmentation from the first
       sample (or ``start``, if later) to ``end``; the last sample's value if that span is empty.
@@ -96,10 +103,12 @@ class Metrics:
     util_allocated: float
     util_productive: float
     util_productive_samples: float
+    util_productive_contended: float
     makespan_s: float
     preemptions: int
     failures: int
     gpu_hours_lost: float
+    gpu_hours_slowed: float
     dollars: float
     dollars_by_pool: dict[str, float]
     avg_fragmentation: float
@@ -136,10 +145,12 @@ def compute(result: SimResult) -> Metrics:
         util_allocated=_ratio(_integral(samples, "allocated_gpus", start, end), capacity),
         util_productive=_ratio(sum(j.productive_gpu_s for j in jobs), capacity),
         util_productive_samples=_ratio(_integral(samples, "productive_gpus", start, end), capacity),
+        util_productive_contended=_contended(samples, result.total_gpus, start, end),
         makespan_s=span,
         preemptions=sum(j.preemptions for j in jobs),
         failures=sum(j.failures for j in jobs),
         gpu_hours_lost=sum(j.lost_gpu_s for j in jobs) / 3600.0,
+        gpu_hours_slowed=sum(_slowed(j) for j in jobs) / 3600.0,
         dollars=sum(result.dollars_by_pool.values()),
         dollars_by_pool=dict(sorted(result.dollars_by_pool.items())),
         avg_fragmentation=_avg_fragmentation(samples, start, end),
@@ -251,6 +262,22 @@ def _integral(samples: Sequence[Sample], attr: str, lo: float, hi: float) -> flo
     ts = np.array([s.t for s in samples], dtype=np.float64)
     vs = np.array([getattr(s, attr) for s in samples], dtype=np.float64)
     return float(np.dot(vs, _step_durations(ts, lo, hi)))
+
+
+def _contended(samples: Sequence[Sample], total_gpus: int, lo: float, hi: float) -> float:
+    """Mean productive fraction of the fleet over the time inside ``[lo, hi]`` that a job waits."""
+    if not samples or hi <= lo:
+        return 0.0
+    ts = np.array([s.t for s in samples], dtype=np.float64)
+    waiting = np.array([s.queued > 0 for s in samples], dtype=np.float64)
+    useful = np.array([s.productive_gpus for s in samples], dtype=np.float64)
+    held = _step_durations(ts, lo, hi) * waiting
+    return _ratio(float(np.dot(useful, held)), total_gpus * float(held.sum()))
+
+
+def _slowed(job: JobRecord) -> float:
+    """GPU-seconds ``job`` held beyond its useful and its lost work: slow placements' cost."""
+    return max(job.allocated_gpu_s - job.productive_gpu_s - job.lost_gpu_s, 0.0)
 
 
 def _avg_fragmentation(samples: Sequence[Sample], start: float, end: float) -> float:
