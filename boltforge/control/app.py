@@ -12,6 +12,7 @@ from fastapi import FastAPI
 
 from boltforge import __version__
 from boltforge.control.api import admin, agents, errors, jobs, nodes
+from boltforge.control.api.methods import AllowHeader
 from boltforge.control.runtime import Runtime, ServerConfig
 
 
@@ -42,6 +43,7 @@ def create_app(config: ServerConfig, clock: Callable[[], float] = time.time) -> 
     )
     app.state.runtime = rt
     errors.install(app)
+    app.add_middleware(AllowHeader, app=app)
     for module in (jobs, agents, nodes, admin):
         app.include_router(module.router)
 

@@ -17,7 +17,7 @@ NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 
 
 class _Wire(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class Inventory(_Wire):

@@ -20,7 +20,7 @@ TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class _Reply(BaseModel):

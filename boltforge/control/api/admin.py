@@ -8,13 +8,13 @@ from fastapi import APIRouter, Query
 from sqlalchemy import select
 
 from boltforge.control.api.deps import Admins, People, Rt
-from boltforge.control.api.errors import ApiError
+from boltforge.control.api.errors import ERRORS, ApiError
 from boltforge.control.audit import audit
 from boltforge.control.auth import create_token
 from boltforge.control.models import AuditRow
 from boltforge.wire.jobs import TokenReply, TokenRequest, WhoAmI
 
-router = APIRouter(prefix="/v1", tags=["admin"])
+router = APIRouter(prefix="/v1", tags=["admin"], responses=ERRORS)
 
 
 @router.post("/tokens", status_code=201)

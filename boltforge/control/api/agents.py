@@ -10,7 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from boltforge.control import agents as protocol
 from boltforge.control.actuate import Touched
 from boltforge.control.api.deps import Agents, Rt
-from boltforge.control.api.errors import ApiError
+from boltforge.control.api.errors import ERRORS, ApiError
 from boltforge.control.audit import audit
 from boltforge.control.reports import apply_events, apply_logs, apply_progress
 from boltforge.control.runtime import Runtime
@@ -23,7 +23,7 @@ from boltforge.wire.agent import (
     ReportReply,
 )
 
-router = APIRouter(prefix="/v1/agents", tags=["agents"])
+router = APIRouter(prefix="/v1/agents", tags=["agents"], responses=ERRORS)
 MAX_WAIT_S = 60.0
 _REREGISTER = "the node's session is not current. To fix: register again"
 

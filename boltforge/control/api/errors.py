@@ -3,6 +3,7 @@ naming the field, the value and the fix; never a stack trace."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -12,6 +13,18 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from boltforge.spec.errors import SpecError, _Missing
 from boltforge.wire.jobs import ErrorReply, Problem
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorReply, "description": what}
+    for status, what in (
+        (400, "A body that is not valid JSON"),
+        (401, "No token, or an unknown one"),
+        (403, "The token's role or team may not do this"),
+        (404, "No such job or node"),
+        (409, "A conflict: a stale agent session, or an idempotency key reused"),
+        (422, "Invalid input: each problem names the field, the value and the fix"),
+    )
+}
 
 
 class ApiError(Exception):
@@ -52,12 +65,14 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
-        return _reply(e.status_code, str(e.detail), [])
+        return _reply(e.status_code, str(e.detail), [], e.headers)
 
 
-def _reply(status: int, message: str, problems: list[Problem]) -> JSONResponse:
+def _reply(
+    status: int, message: str, problems: list[Problem], headers: Mapping[str, str] | None = None
+) -> JSONResponse:
     body = ErrorReply(error=message, problems=problems).model_dump(mode="json")
-    return JSONResponse(status_code=status, content=body)
+    return JSONResponse(status_code=status, content=body, headers=dict(headers or {}))
 
 
 def _plain(value: Any) -> Any:

@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from boltforge.control.api.deps import Actors, People, Rt
-from boltforge.control.api.errors import ApiError
+from boltforge.control.api.errors import ERRORS, ApiError
 from boltforge.control.audit import audit
 from boltforge.control.auth import Caller
 from boltforge.control.cancel import cancel_jobs
@@ -33,7 +33,7 @@ from boltforge.wire.jobs import (
     TeamLoad,
 )
 
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=ERRORS)
 MAX_WAIT_S = 60.0
 
 

@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from sqlalchemy import select
 
 from boltforge.control.api.deps import People, Rt
+from boltforge.control.api.errors import ERRORS
 from boltforge.control.lifecycle import LIVE
 from boltforge.control.models import JobRow, NodeRow, ReplicaRow
 from boltforge.control.views import HELD, node_out
@@ -15,7 +16,7 @@ from boltforge.control.world import load_world
 from boltforge.core.fragmentation import measure
 from boltforge.wire.jobs import FleetOut, NodeList
 
-router = APIRouter(prefix="/v1", tags=["nodes"])
+router = APIRouter(prefix="/v1", tags=["nodes"], responses=ERRORS)
 
 
 @router.get("/nodes")

@@ -1,0 +1,186 @@
+"""Real control-plane processes for tests, benchmarks and soak runs: a ``bolt server`` and
+``bolt agent``s standing in for GPU hosts, on loopback, each in its own process group."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import yaml
+
+from boltforge.testing.postgres import free_port
+
+BIN = Path(sys.executable).parent
+
+
+def bolt() -> list[str]:
+    """How to run the ``bolt`` command of this environment."""
+    exe = BIN / "bolt"
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "boltforge.cli.main"]
+
+
+def child_env(data: Path) -> dict[str, str]:
+    """The environment for a child: this venv first on PATH, its own data directory."""
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["XDG_DATA_HOME"] = str(data / "xdg-data")
+    env["XDG_CONFIG_HOME"] = str(data / "xdg-config")
+    env.pop("BOLT_TOKEN", None)
+    return env
+
+
+@dataclass
+class Proc:
+    """A child process with its log file; ``stop`` sends SIGTERM, then SIGKILL."""
+
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            os.killpg(self.popen.pid, sig)
+
+    def stop(self, grace: float = 10.0) -> int | None:
+        self.signal(signal.SIGTERM)
+        try:
+            return self.popen.wait(grace)
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            return self.popen.wait(5)
+
+
+def spawn(cmd: list[str], log: Path, env: dict[str, str], cwd: Path | None = None) -> Proc:
+    out = log.open("ab")
+    popen = subprocess.Popen(
+        cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True
+    )
+    out.close()
+    return Proc(popen, log)
+
+
+@dataclass
+class LocalCluster:
+    """A server on ``db`` (SQLite in ``data`` by default) and ``hosts`` agents of 8 GPUs, two
+    per rack. ``server_args`` go to ``bolt server`` (e.g. preemption settings)."""
+
+    data: Path
+    hosts: int = 4
+    db: str | None = None
+    server_args: list[str] = field(default_factory=list)
+    admin_token: str = "adm-token"
+    agent_token: str = "agt-token"
+    port: int = 0
+    server: Proc | None = None
+    agents: dict[str, Proc] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> LocalCluster:
+        self.data.mkdir(parents=True, exist_ok=True)
+        self.port = self.port or free_port()
+        self.start_server()
+        self.wait_healthy(timeout)
+        for i in range(self.hosts):
+            self.start_agent(f"host-{i}")
+        self.wait_nodes(self.hosts, timeout)
+        return self
+
+    def start_server(self) -> None:
+        db = self.db or f"sqlite:///{self.data / 'store.db'}"
+        cmd = [
+            *bolt(),
+            "server",
+            "--db",
+            db,
+            "--port",
+            str(self.port),
+            "--admin-token",
+            self.admin_token,
+            "--agent-token",
+            self.agent_token,
+            "--checkpoint-root",
+            str(self.data / "checkpoints"),
+            *self.server_args,
+        ]
+        self.server = spawn(cmd, self.data / "server.log", child_env(self.data))
+
+    def start_agent(self, name: str, rack: str | None = None) -> Proc:
+        index = int(name.rsplit("-", 1)[-1]) if name.rsplit("-", 1)[-1].isdigit() else 0
+        inventory = self.data / f"{name}.yaml"
+        inventory.write_text(
+            yaml.safe_dump(
+                {
+                    "name": name,
+                    "pool": "h100",
+                    "gpu": "H100-80GB",
+                    "gpu_memory_gb": 80,
+                    "gpus": 8,
+                    "nvlink_island": 8,
+                    "cpus": 64,
+                    "memory_gb": 512,
+                    "pod": "p0",
+                    "rack": rack or f"r{index // 2}",
+                }
+            )
+        )
+        cmd = [
+            *bolt(),
+            "agent",
+            "--server",
+            self.url,
+            "--token",
+            self.agent_token,
+            "--inventory",
+            str(inventory),
+            "--work-dir",
+            str(self.data / "agents" / name),
+        ]
+        proc = spawn(cmd, self.data / f"{name}.log", child_env(self.data), cwd=Path.cwd())
+        self.agents[name] = proc
+        return proc
+
+    def wait_healthy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.server is not None and not self.server.alive():
+                raise RuntimeError(f"server exited; see {self.data / 'server.log'}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"server not healthy in {timeout} s; see {self.data / 'server.log'}")
+
+    def wait_nodes(self, count: int, timeout: float) -> None:
+        headers = {"Authorization": f"Bearer {self.admin_token}"}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            nodes = httpx.get(f"{self.url}/v1/nodes", headers=headers, timeout=5).json()["nodes"]
+            if sum(n["state"] == "ready" for n in nodes) >= count:
+                return
+            time.sleep(0.1)
+        raise TimeoutError(f"{count} nodes not ready in {timeout} s")
+
+    def stop(self) -> None:
+        for proc in self.agents.values():
+            proc.stop()
+        if self.server is not None:
+            self.server.stop()
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
