@@ -67,6 +67,7 @@ class Client:
     def __init__(self, server: str, token: str | None, timeout: float = 30.0) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.server = server
+        self.token = token
         self.http = httpx.Client(base_url=server, headers=headers, timeout=timeout)
 
     def close(self) -> None:

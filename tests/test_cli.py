@@ -124,8 +124,8 @@ def test_check_rejects_a_job_that_can_never_run() -> None:
     assert "can never run" in run.stdout
 
 
-def test_demo_runs_end_to_end() -> None:
-    run = bolt("demo")
+def test_tour_runs_end_to_end() -> None:
+    run = bolt("tour")
     assert run.returncode == 0, run.stderr
     assert run.stdout.count("placed (now)") >= 6
     assert "can never fit this fleet" in run.stdout

@@ -1,110 +1,52 @@
-"""The ``bolt`` command: placement questions, fleet inspection and the guided demo."""
+"""The ``bolt`` command: every subcommand and the module it lives in (each module is imported
+only when its command runs)."""
 
 from __future__ import annotations
 
-import time
-from enum import StrEnum
-from pathlib import Path
-from typing import Annotated
+from typing import ClassVar
 
 import typer
 
-from boltforge.cli.agent import agent_command
-from boltforge.cli.common import console, print_json, spec_errors, timed
-from boltforge.cli.fleet import fleet_app
-from boltforge.cli.render import decision_dict, print_decision
-from boltforge.cli.server import server_command
-from boltforge.cli.simulate import simulate_command
-from boltforge.core.modes import could_ever_fit, place_now, when_and_where
-from boltforge.core.placement import Decision
-from boltforge.core.state import FleetState
-from boltforge.spec.fleet import load_fleet
-from boltforge.spec.job import load_job
-from boltforge.spec.resolve import to_gang
-from boltforge.spec.state import load_state
+from boltforge.cli.lazy import Lazy, LazyGroup
+
+JOBS, FLEET, DEV = "Jobs", "Fleet", "Development fleet"
+
+
+class Bolt(LazyGroup):
+    lazy: ClassVar[dict[str, Lazy]] = {
+        "place": Lazy("boltforge.cli.place", "place"),
+        "check": Lazy("boltforge.cli.place", "check"),
+        "fleet": Lazy("boltforge.cli.fleet", "fleet_app"),
+        "simulate": Lazy("boltforge.cli.simulate", "simulate_command"),
+        "server": Lazy("boltforge.cli.server", "server_command"),
+        "agent": Lazy("boltforge.cli.agent", "agent_command"),
+        "tour": Lazy("boltforge.cli.tour", "tour_command"),
+        "submit": Lazy("boltforge.cli.submit", "submit_command", JOBS),
+        "queue": Lazy("boltforge.cli.queue", "queue_command", JOBS),
+        "status": Lazy("boltforge.cli.jobs", "status_command", JOBS),
+        "explain": Lazy("boltforge.cli.jobs", "explain_command", JOBS),
+        "cancel": Lazy("boltforge.cli.jobs", "cancel_command", JOBS),
+        "logs": Lazy("boltforge.cli.jobs", "logs_command", JOBS),
+        "nodes": Lazy("boltforge.cli.nodes", "nodes_command", FLEET),
+        "top": Lazy("boltforge.cli.top", "top_command", FLEET),
+        "token": Lazy("boltforge.cli.tokens", "token_app", FLEET),
+        "up": Lazy("boltforge.cli.up", "up_command", DEV),
+        "down": Lazy("boltforge.cli.up", "down_command", DEV),
+        "demo": Lazy("boltforge.cli.demo", "demo_command", DEV),
+    }
+
 
 app = typer.Typer(
+    cls=Bolt,
     help="Boltforge: a GPU cluster scheduler that places gangs on the tightest interconnect.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-app.add_typer(fleet_app, name="fleet")
-app.command("simulate")(simulate_command)
-app.command("server")(server_command)
-app.command("agent")(agent_command)
 
 
-class Mode(StrEnum):
-    when = "when"
-    now = "now"
-    ever = "ever"
-
-
-@app.command()
-def place(
-    fleet: Annotated[Path, typer.Option(help="Fleet spec (YAML).")],
-    job: Annotated[Path, typer.Option(help="Job spec (YAML).")],
-    state: Annotated[
-        Path | None, typer.Option(help="Running jobs and cordons (YAML); default: empty fleet.")
-    ] = None,
-    mode: Annotated[
-        Mode,
-        typer.Option(help="now: fits right now? ever: could it ever fit? when: when and where."),
-    ] = Mode.when,
-    json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-) -> None:
-    """Where would this job go, and why? Answers without a server.
-
-    Exits 0 with an answer (placed or not; see `placed` in --json), 2 on invalid input.
-    """
-    with spec_errors():
-        tree = load_fleet(fleet)
-        gang = to_gang(load_job(job), tree, str(job))
-        current = load_state(state, tree) if state else FleetState(tree)
-
-    def decide() -> Decision:
-        if mode == Mode.now:
-            return place_now(current, gang)
-        if mode == Mode.ever:
-            return could_ever_fit(tree, gang)
-        return when_and_where(current, gang, now=0.0)
-
-    decision, ms = timed(decide, time.perf_counter)
-    data = decision_dict(current if mode != Mode.ever else FleetState(tree), decision, 0.0, ms)
-    if json:
-        print_json(data)
-    else:
-        print_decision(console, tree, data)
-
-
-@app.command()
-def check(
-    job: Annotated[Path, typer.Argument(help="Job spec (YAML).")],
-    fleet: Annotated[Path | None, typer.Option(help="Also resolve it against this fleet.")] = None,
-) -> None:
-    """Validate a job spec (and, with --fleet, that it could ever run there)."""
-    with spec_errors():
-        spec = load_job(job)
-        if fleet is None:
-            console.print(f"[green]ok[/] {job}: job {spec.name} for team {spec.team}")
-            return
-        tree = load_fleet(fleet)
-        gang = to_gang(spec, tree, str(job))
-    decision = could_ever_fit(tree, gang)
-    if decision.placement is None:
-        console.print(f"[bold red]{spec.name} can never run on {tree.name}[/]")
-        for r in (*decision.reasons, *(f"To fix: {f}" for f in decision.fixes)):
-            console.print(f"  - {r}", markup=False, highlight=False)
-        raise typer.Exit(1)
-    console.print(f"[green]ok[/] {spec.name}: {gang.total_gpus} GPUs, fits {tree.name} when free")
-
-
-@app.command()
-def demo() -> None:
-    """Walk through placements on the example fleets."""
-    from boltforge.cli.demo import run_demo
-
-    run_demo(console)
+@app.callback()
+def main() -> None:
+    """Boltforge: a GPU cluster scheduler that places gangs on the tightest interconnect."""
 
 
 if __name__ == "__main__":

@@ -1,0 +1,247 @@
+"""A development fleet on this machine, as processes: one ``bolt server`` on SQLite and N
+``bolt agent``s with declared 8 x H100 inventories, their pid file, readiness and shutdown.
+``bolt up``, ``bolt down`` and ``bolt demo`` drive it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from boltforge.client import ApiFailure, Client
+
+PID_FILE = "up.json"
+AGENT_STOP_S = 45.0  # replicas get their checkpoint grace (30 s in the examples), then a kill
+SERVER_STOP_S = 15.0
+# A 4-host fleet is too small for the production churn budget (5% of GPUs per 10 minutes)
+# and a job would otherwise be safe from preemption for its first 10 minutes.
+DEMO_PREEMPTION = ("--min-runtime", "5", "--churn", "1")
+
+
+class FleetError(Exception):
+    """The fleet did not come up; the message says why and how to fix it."""
+
+
+@dataclass
+class LocalFleet:
+    """What is running: the server's URL and tokens, and every process id (``up.json``)."""
+
+    data_dir: str
+    url: str
+    admin_token: str
+    agent_token: str
+    hosts: int
+    server: int = 0
+    agents: list[int] = field(default_factory=list)
+
+    @property
+    def root(self) -> Path:
+        return Path(self.data_dir)
+
+    def save(self) -> None:
+        write_private(self.root / PID_FILE, json.dumps(asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, data_dir: Path) -> LocalFleet | None:
+        try:
+            return cls(**json.loads((data_dir / PID_FILE).read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def alive(self) -> bool:
+        return ours(self.server)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only (it holds tokens)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o600)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_taken(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def inventory(i: int) -> str:
+    """Host ``i``'s declared inventory: 8 x H100-80GB in one NVLink island, two per rack."""
+    return (
+        f"name: host-{i}\npool: h100\ngpu: H100-80GB\ngpu_memory_gb: 80\ngpus: 8\n"
+        f"nvlink_island: 8\nrails: 8\ncpus: 224\nmemory_gb: 2048\npod: p0\nrack: r{i // 2}\n"
+        "tier: reserved\nprice_per_gpu_hour: 2.20\naddress: 127.0.0.1\n"
+    )
+
+
+def start(data_dir: Path, hosts: int, port: int) -> LocalFleet:
+    """Start the server and ``hosts`` agents in the background (own sessions, so Ctrl-C in
+    the terminal reaches only ``bolt up``, which stops them in order). Output goes to
+    ``data_dir/logs``. Raises ``FleetError`` when the port is taken."""
+    if port_taken(port):
+        raise FleetError(f"port {port} is in use. To fix: pick another with --port")
+    data_dir = data_dir.resolve()
+    (data_dir / "logs").mkdir(parents=True, exist_ok=True)
+    fleet = LocalFleet(
+        str(data_dir), f"http://127.0.0.1:{port}", _token(), _token(), hosts, server=0
+    )
+    fleet.server = _spawn(data_dir / "logs" / "server.log", _server_args(fleet, port))
+    fleet.save()
+    for i in range(hosts):
+        path = data_dir / "nodes" / f"host-{i}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(inventory(i))
+        args = ["agent", "--server", fleet.url, "--token", fleet.agent_token]
+        args += ["--inventory", str(path), "--work-dir", str(data_dir / "agents" / f"host-{i}")]
+        fleet.agents.append(_spawn(data_dir / "logs" / f"host-{i}.log", args))
+        fleet.save()
+    return fleet
+
+
+def _token() -> str:
+    return "bf_" + secrets.token_urlsafe(24)
+
+
+def _server_args(fleet: LocalFleet, port: int) -> list[str]:
+    root = fleet.root
+    return [
+        "server",
+        *("--db", f"sqlite:///{root / 'server.db'}", "--port", str(port)),
+        *("--admin-token", fleet.admin_token, "--agent-token", fleet.agent_token),
+        *("--checkpoint-root", str(root / "checkpoints")),
+        *DEMO_PREEMPTION,
+    ]
+
+
+def _spawn(log: Path, args: list[str]) -> int:
+    """``python -m boltforge.cli.main ARGS`` with this interpreter's bin dir first on PATH
+    (so ``python`` in a job's command is this environment's)."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "boltforge.cli.main", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    return proc.pid
+
+
+def wait_ready(fleet: LocalFleet, timeout_s: float = 120.0) -> None:
+    """Return once every host is registered and ready; raise ``FleetError`` (with the tail of
+    the failing process's log) when a process exits or ``timeout_s`` passes."""
+    want = {f"host-{i}" for i in range(fleet.hosts)}
+    deadline = time.monotonic() + timeout_s
+    with Client(fleet.url, fleet.admin_token, timeout=5.0) as client:
+        while time.monotonic() < deadline:
+            _check_processes(fleet)
+            try:
+                ready = {n.name for n in client.nodes().nodes if n.state == "ready"}
+            except ApiFailure:
+                ready = set()
+            if want <= ready:
+                return
+            time.sleep(0.3)
+    raise FleetError(
+        f"the fleet was not ready after {timeout_s:.0f} s. To fix: read the logs in "
+        f"{fleet.root / 'logs'}"
+    )
+
+
+def _check_processes(fleet: LocalFleet) -> None:
+    logs = fleet.root / "logs"
+    named = [("server", fleet.server), *((f"host-{i}", p) for i, p in enumerate(fleet.agents))]
+    for name, pid in named:
+        if not ours(pid):
+            tail = _tail(logs / f"{name}.log")
+            raise FleetError(
+                f"the {name} process exited: {tail}. To fix: see {logs / (name + '.log')}"
+            )
+
+
+def _tail(path: Path) -> str:
+    try:
+        lines = [x for x in path.read_text(errors="replace").splitlines() if x.strip()]
+    except OSError:
+        return "no log"
+    return lines[-1].strip() if lines else "no output"
+
+
+def ours(pid: int) -> bool:
+    """Whether ``pid`` is alive and is one of our ``boltforge.cli.main`` processes (a pid
+    reused by something else after a crash is never signalled)."""
+    if pid <= 0:
+        return False
+    _reap(pid)
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        cmdline = b"boltforge.cli.main"
+    return b"boltforge.cli.main" in cmdline and not _zombie(pid)
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] == "Z"
+
+
+def stop(fleet: LocalFleet) -> None:
+    """Stop the agents (each stops its replicas gracefully), then the server; what ignores
+    SIGTERM past its allowance is killed."""
+    _terminate([p for p in fleet.agents if ours(p)], AGENT_STOP_S)
+    _terminate([fleet.server] if ours(fleet.server) else [], SERVER_STOP_S)
+    (fleet.root / PID_FILE).unlink(missing_ok=True)
+
+
+def _terminate(pids: list[int], allowance_s: float) -> None:
+    for pid in pids:
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + allowance_s
+    while time.monotonic() < deadline and any(ours(p) for p in pids):
+        time.sleep(0.1)
+    for pid in pids:
+        if ours(pid):
+            _signal(pid, signal.SIGKILL)
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    """Signal ``pid``'s process group (it leads its own session) so stray children go too."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        os.kill(pid, sig)
