@@ -7,9 +7,18 @@ from pathlib import Path
 
 import pytest
 
+from boltforge.cli.simulate import MARKDOWN_COLUMNS, markdown_table
 from boltforge.sim.metrics import Metrics, compute
 from boltforge.sim.records import JobRecord, Sample, SimResult
-from boltforge.sim.report import COLUMNS, MAX_POINTS, comparison_rows, thin, write_report
+from boltforge.sim.report import (
+    COLUMNS,
+    DAY_S,
+    MAX_POINTS,
+    binned,
+    comparison_rows,
+    thin,
+    write_report,
+)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PLOTS = ("utilization.png", "queue.png", "jct_cdf.png", "fragmentation.png")
@@ -114,3 +123,29 @@ def test_long_series_are_thinned_to_at_most_max_points_keeping_both_ends() -> No
     assert len(keep) <= MAX_POINTS
     assert keep[0] == 0 and keep[-1] == 99_999
     assert list(thin(3)) == [0, 1, 2]
+
+
+def test_markdown_table_has_a_row_per_policy_with_the_report_figures() -> None:
+    metrics = {"fifo": compute(sim("fifo", 2.0)), "default": compute(sim("default", 1.0))}
+    lines = markdown_table(metrics).splitlines()
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert header == [h for _, h in MARKDOWN_COLUMNS] and header[0] == "Policy"
+    assert lines[1].startswith("|---|---:")
+    rows = comparison_rows(metrics)
+    for line, row in zip(lines[2:], rows, strict=True):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells == [row[k] for k, _ in MARKDOWN_COLUMNS]
+    assert [line.split("|")[1].strip() for line in lines[2:]] == ["fifo", "default"]
+
+
+def test_time_series_are_averaged_over_equal_spans_weighted_by_how_long_each_value_held() -> None:
+    # 2 on [0, 10), 10 on [10, 70), 5 on [70, 100]
+    samples = [
+        Sample(t=t, allocated_gpus=v, productive_gpus=v, queued=0, fragmentation=0.0)
+        for t, v in ((0.0, 2), (10.0, 10), (70.0, 5), (100.0, 5))
+    ]
+    edges, means = binned(list(reversed(samples)), lambda s: float(s.allocated_gpus), bins=2)
+    assert list(edges * DAY_S) == pytest.approx([0.0, 50.0, 100.0])
+    # [0, 50]: 2*10 + 10*40 = 420 over 50; [50, 100]: 10*20 + 5*30 = 350 over 50
+    assert list(means) == pytest.approx([8.4, 7.0])
+    assert len(binned([], lambda s: 0.0)[1]) == 0

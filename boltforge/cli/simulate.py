@@ -22,7 +22,7 @@ from boltforge.core.policy import POLICIES, named
 from boltforge.sim.engine import SimConfig, simulate
 from boltforge.sim.metrics import Metrics, compute, to_json
 from boltforge.sim.records import SimResult, TraceJob
-from boltforge.sim.report import comparison_rows, write_report
+from boltforge.sim.report import COLUMNS, comparison_rows, write_report
 from boltforge.sim.traces import TraceError, load_trace, offered_load, scale_load
 from boltforge.spec.fleet import load_fleet
 
@@ -99,10 +99,17 @@ def simulate_command(
         bool, typer.Option(help="One fair-share queue per team (off: teams share one factor).")
     ] = True,
     limit: Annotated[int | None, typer.Option(help="Replay only the first N jobs.")] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(min=1, help="Policies replayed at once (default: one per CPU core)."),
+    ] = None,
     report: Annotated[
         Path | None, typer.Option(help="Write plots and a summary page here.")
     ] = None,
     json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    markdown: Annotated[
+        bool, typer.Option("--markdown", help="Print the comparison as a Markdown table.")
+    ] = False,
 ) -> None:
     """Replay a trace through the scheduling core under each policy and compare the outcomes.
 
@@ -129,7 +136,7 @@ def simulate_command(
         highlight=False,
     )
     start = time.perf_counter()
-    results = _run_all(fleet, jobs, configs)
+    results = _run_all(fleet, jobs, configs, workers or os.cpu_count() or 1)
     wall = time.perf_counter() - start
     metrics = {name: compute(results[name]) for name in names}
     if report is not None:
@@ -140,6 +147,9 @@ def simulate_command(
         print_json(
             {"policies": {n: _json(m) for n, m in metrics.items()}, "wall_s": round(wall, 2)}
         )
+        return
+    if markdown:
+        sys.stdout.write(markdown_table(metrics))
         return
     _print_table(metrics, wall, results)
 
@@ -172,10 +182,12 @@ def _trace(
     return jobs[:limit] if limit is not None else jobs
 
 
-def _run_all(fleet: Path, trace: list[TraceJob], configs: list[SimConfig]) -> dict[str, SimResult]:
-    """Run each config in its own process (as many at once as there are cores), with a
-    progress bar per policy on stderr."""
-    workers = max(1, min(len(configs), os.cpu_count() or 1))
+def _run_all(
+    fleet: Path, trace: list[TraceJob], configs: list[SimConfig], workers: int
+) -> dict[str, SimResult]:
+    """Run each config in its own process (at most ``workers`` at once), with a progress bar
+    per policy on stderr. The results do not depend on ``workers``."""
+    workers = max(1, min(len(configs), workers))
     columns = (
         TextColumn("{task.description:>12}"),
         BarColumn(),
@@ -244,6 +256,22 @@ def _print_table(metrics: dict[str, Metrics], wall: float, results: dict[str, Si
     console.print(table)
     rates = ", ".join(f"{n} {len(r.jobs) / max(r.wall_s, 1e-9):,.0f}" for n, r in results.items())
     console.print(f"wall {wall:.1f} s; jobs simulated per second: {rates}", highlight=False)
+
+
+# The columns of ``--markdown``: every comparison figure but the job counts and dollars.
+MARKDOWN_COLUMNS = tuple((k, h) for k, h in COLUMNS if k not in ("jobs", "finished", "dollars"))
+
+
+def markdown_table(metrics: dict[str, Metrics]) -> str:
+    """The comparison as a Markdown table, figures formatted as on the report page."""
+    header = [h for _, h in MARKDOWN_COLUMNS]
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join(["---", *("---:" for _ in header[1:])]) + "|",
+    ]
+    for row in comparison_rows(metrics):
+        lines.append("| " + " | ".join(row[k] for k, _ in MARKDOWN_COLUMNS) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def _short(key: str, text: str) -> str:

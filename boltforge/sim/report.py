@@ -27,7 +27,10 @@ matplotlib.use("Agg")
 IntArray = npt.NDArray[np.int64]
 
 MAX_POINTS = 2000
-"""Most points drawn per line; longer sample series are thinned evenly (first and last kept)."""
+"""Most points drawn per JCT CDF line; longer series are thinned evenly (first and last kept)."""
+
+BINS = 300
+"""Steps per time-series line: each is the time-weighted mean over 1/BINS of the run."""
 
 DAY_S = 86400.0
 HOUR_S = 3600.0
@@ -167,27 +170,50 @@ def thin(n: int, max_points: int = MAX_POINTS) -> IntArray:
     return np.unique(np.linspace(0, n - 1, max_points).round().astype(np.int64))
 
 
-def series(
-    samples: Sequence[Sample], value: Callable[[Sample], float]
+def binned(
+    samples: Sequence[Sample], value: Callable[[Sample], float], bins: int = BINS
 ) -> tuple[FloatArray, FloatArray]:
-    """``(days, values)`` of a sample series sorted by time and thinned to ``MAX_POINTS``."""
+    """``(edges, means)``: the sample series read as a step function (each value holds until
+    the next sample) and averaged over ``bins`` equal spans from the first sample to the last;
+    ``edges`` are the ``bins + 1`` span boundaries in days. Averaging keeps a plot readable
+    where the values flip at every event, and weighs each value by how long it held."""
     ordered = sorted(samples, key=lambda s: s.t)
-    keep = thin(len(ordered))
-    days = np.array([ordered[i].t / DAY_S for i in keep], dtype=np.float64)
-    values = np.array([value(ordered[i]) for i in keep], dtype=np.float64)
-    return days, values
+    if not ordered:
+        return np.zeros(0, dtype=np.float64), np.zeros(0, dtype=np.float64)
+    ts = np.array([s.t for s in ordered], dtype=np.float64)
+    vs = np.array([value(s) for s in ordered], dtype=np.float64)
+    lo, hi = float(ts[0]), float(ts[-1])
+    if hi <= lo:
+        return np.array([lo, lo + HOUR_S], dtype=np.float64) / DAY_S, vs[-1:]
+    edges = np.linspace(lo, hi, bins + 1)
+    area = np.concatenate(([0.0], np.cumsum(vs[:-1] * np.diff(ts))))  # integral up to each t
+    held = np.clip(np.searchsorted(ts, edges, side="right") - 1, 0, len(ts) - 1)
+    upto = area[held] + vs[held] * (edges - ts[held])
+    means: FloatArray = np.diff(upto) / np.diff(edges)
+    return edges / DAY_S, means
+
+
+def _step_label(edges: FloatArray) -> str:
+    """How long each averaged step lasts, for the plot title."""
+    if len(edges) < 2:
+        return ""
+    hours = float(edges[1] - edges[0]) * DAY_S / HOUR_S
+    return f" (mean per {hours:.1f} h)" if hours >= 0.1 else ""
 
 
 def plot_utilization(results: Mapping[str, SimResult], path: Path) -> None:
     """Allocated (solid) and productive (dashed) fraction of the fleet over time per policy."""
     fig, ax = _figure("Utilization", "fraction of GPUs")
+    label = ""
     for i, (name, r) in enumerate(results.items()):
         gpus = float(max(r.total_gpus, 1))
-        days, alloc = series(r.samples, lambda s: float(s.allocated_gpus))
-        _, prod = series(r.samples, lambda s: s.productive_gpus)
-        alloc, prod = alloc / gpus, prod / gpus
-        ax.step(days, alloc, where="post", color=f"C{i}", label=f"{name} allocated")
-        ax.step(days, prod, where="post", color=f"C{i}", ls="--", label=f"{name} productive")
+        edges, alloc = binned(r.samples, lambda s: float(s.allocated_gpus))
+        _, prod = binned(r.samples, lambda s: s.productive_gpus)
+        if len(alloc):
+            ax.stairs(alloc / gpus, edges, color=f"C{i}", label=f"{name} allocated")
+            ax.stairs(prod / gpus, edges, color=f"C{i}", ls="--", label=f"{name} productive")
+            label = _step_label(edges)
+    ax.set_title("Utilization" + label)
     ax.set_ylim(0, 1.05)
     _save(fig, ax, path)
 
@@ -233,9 +259,13 @@ def _plot_samples(
     value: Callable[[Sample], float],
 ) -> None:
     fig, ax = _figure(title, ylabel)
+    label = ""
     for i, (name, r) in enumerate(results.items()):
-        days, values = series(r.samples, value)
-        ax.step(days, values, where="post", color=f"C{i}", label=name)
+        edges, means = binned(r.samples, value)
+        if len(means):
+            ax.stairs(means, edges, color=f"C{i}", label=name)
+            label = _step_label(edges)
+    ax.set_title(title + label)
     _save(fig, ax, path)
 
 
