@@ -65,6 +65,11 @@ def state_is(plane: Plane, job: str, *states: str) -> bool:
     return detail(plane, job).state in states
 
 
+def in_line(plane: Plane, job: str) -> bool:
+    d = detail(plane, job)
+    return bool(d.reason) and d.position is not None
+
+
 def test_submit_queue_status_explain_cancel(plane: Plane, tmp_path: Path) -> None:
     runner = spec(tmp_path, "sleeper", f"team: research\ngpus: 8\ncommand: {SLEEPS}\n")
     rack = "team: research\ngpus: 16\nper_node: 8\ntopology: {required: rack}\n"
@@ -72,7 +77,7 @@ def test_submit_queue_status_explain_cancel(plane: Plane, tmp_path: Path) -> Non
     job = submit(plane, runner)["job"]["id"]
     wait_until(lambda: state_is(plane, job, "running"), 60, "the job to run")
     waiter = submit(plane, spec(tmp_path, "rack-wide", rack))["job"]["id"]
-    wait_until(lambda: detail(plane, waiter).reason, 30, "a wait reason")
+    wait_until(lambda: in_line(plane, waiter), 60, "a wait reason and a place in line")
 
     queue = plane.bolt("queue")
     assert queue.returncode == 0, queue.stderr

@@ -82,6 +82,9 @@ class Story:
                 except ApiFailure as e:
                     self.inbox.put(Told(job, None, e.message))
                     return
+                except Exception as e:  # a reply it cannot read: say so, never hang
+                    self.inbox.put(Told(job, None, f"following job {job} failed: {e!r}"))
+                    return
                 for ev in page.events:
                     after = max(after, ev.seq)
                     if ev.at + 1e-6 < since:

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from boltforge.cli.common import EXIT_BAD_INPUT, console, print_json
+from boltforge.cli.common import EXIT_BAD_INPUT, console, errors, print_json
 from boltforge.cli.queue import ALL_STATES
 from boltforge.cli.remote import JsonOpt, ServerOpt, TokenOpt, api_errors, connect, fail
 from boltforge.cli.story import Story, describer
@@ -117,6 +117,9 @@ def _wait_job(client: Client, job_id: str, json: bool) -> bool:
                 fail(told.error)
             if told.job == job_id and told.event is None:
                 break
+    except KeyboardInterrupt:
+        errors.print(f"stopped following job {job_id}; it carries on (`bolt status {job_id}`)")
+        raise typer.Exit(130) from None
     finally:
         story.close()
     final = client.job(job_id)

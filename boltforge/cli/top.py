@@ -77,7 +77,7 @@ def summary(f: FleetOut) -> str:
     cycle = "-" if f.last_cycle_ms is None else f"{f.last_cycle_ms:.1f} ms"
     return (
         f"nodes {f.nodes_ready}/{f.nodes} ready   GPUs {f.gpus_used}/{f.gpus} used ({share})   "
-        f"jobs {f.jobs_running} running, {f.jobs_pending} pending   "
+        f"jobs {f.jobs_running} running, {f.jobs_pending} pending\n"
         f"fragmentation {f.fragmentation:.3f}   last cycle {cycle} ({f.cycles} passes)"
     )
 
