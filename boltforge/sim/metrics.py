@@ -67,8 +67,9 @@ class Metrics:
     * ``util_productive`` = sum of the jobs' ``productive_gpu_s`` / (``total_gpus * makespan_s``):
       taken from the job records, which count productive work exactly, rather than from the
       samples. ``util_productive_samples`` is the same integral over the samples'
-      ``productive_gpus``, kept as a cross-check (they agree when the engine samples at every
-      change of productive rate).
+      ``productive_gpus``, kept as a cross-check: they agree when no job is interrupted; the
+      samples count a run at its productive rate from its start, so restart warm-up and work
+      later lost to a preemption or failure make them read higher.
     * ``util_productive_contended``: the samples' ``productive_gpus`` integrated over the time
       at least one job waits (``queued > 0``), over ``total_gpus`` times that time: how much of
       the fleet does useful work when there is work to do. ``util_productive`` cannot tell
