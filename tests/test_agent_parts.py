@@ -124,6 +124,13 @@ def test_plan_starts_the_new_stops_the_absent_and_never_reruns_an_epoch() -> Non
     assert [s.replica for s in plan([spec("a"), spec("a")], {}, set()).start] == ["a"]
 
 
+def test_a_stop_for_a_replica_never_run_here_is_skipped_once() -> None:
+    stop = spec("late", action="stop")
+    assert [s.replica for s in plan([stop], live={}, finished=set()).skip] == ["late"]
+    assert plan([stop], live={}, finished={("late", 1)}).skip == []
+    assert plan([stop], live={"late": 1}, finished=set()).skip == []
+
+
 def event(kind: str = "exited") -> ReplicaEvent:
     return ReplicaEvent.model_validate(
         {"replica": "r", "job": "j", "epoch": 1, "kind": kind, "at": 0.0}

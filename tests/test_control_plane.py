@@ -146,7 +146,10 @@ def test_a_pending_job_is_cancelled_at_once(fleet: Fleet) -> None:
 def test_a_waiting_job_says_why_where_it_stands_and_when_it_should_start(fleet: Fleet) -> None:
     fleet.submit(make_spec("big", 32, time_limit="1h"))
     fleet.start_everything()
-    queued = fleet.job(fleet.submit(make_spec("waits", 16)))
+    job = fleet.submit(make_spec("waits", 16))
+    fleet.rt.scheduler.wake()  # a full pass places every waiting job in line
+    fleet.settle()
+    queued = fleet.job(job)
     assert queued.state == "pending"
     assert queued.reason in ("capacity", "reserved")
     assert queued.position == 0
@@ -184,3 +187,20 @@ def test_every_mutating_call_lands_in_the_audit_log(fleet: Fleet) -> None:
     assert ("submit", job, "admin") in actions
     assert ("cancel", job, "admin") in actions
     assert ("register", "host-0", "agents") in actions
+
+
+def test_a_gang_whose_replicas_finish_before_all_reported_starting_still_succeeds(
+    fleet: Fleet,
+) -> None:
+    job = fleet.submit(make_spec("quick", 16))
+    first, second = fleet.nodes["host-0"], fleet.nodes["host-1"]
+    [a] = first.to_run()
+    [b] = second.to_run()
+    second.start(b)
+    second.exit(b, 0)
+    first.start(a)
+    first.exit(a, 0)
+    fleet.settle()
+    done = fleet.job(job)
+    assert done.state == "succeeded"
+    assert [e.kind for e in done.events][-2:] == ["running", "succeeded"]

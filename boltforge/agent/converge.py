@@ -11,10 +11,12 @@ from boltforge.wire.agent import ReplicaSpec
 @dataclass(frozen=True, slots=True)
 class Plan:
     """``start``: specs to launch. ``stop``: replica names to stop, each with the grace the
-    desired state gives it (None: the grace of the spec it was started with)."""
+    desired state gives it (None: the grace of the spec it was started with). ``skip``:
+    replicas told to stop before this node ever ran them (reported as ended, never run)."""
 
     start: list[ReplicaSpec] = field(default_factory=list)
     stop: dict[str, float | None] = field(default_factory=dict)
+    skip: list[ReplicaSpec] = field(default_factory=list)
 
 
 def plan(
@@ -28,7 +30,8 @@ def plan(
     - ``run`` at the live epoch: nothing. At another epoch: stop the live one first; the new
       one starts on a later call, once the old has exited. Never started, and not finished
       at that epoch: start. Finished at that epoch: nothing (a replica runs once per epoch).
-    - ``stop``: stop the live replica unless it runs a newer epoch than the stop names.
+    - ``stop``: stop the live replica unless it runs a newer epoch than the stop names. With
+      no live replica and that epoch never run here: skip it (the server hears it ended).
     - A live replica the desired state does not list: stop.
 
     Idempotent: calling it again before anything changed gives the same plan; the caller
@@ -43,6 +46,8 @@ def plan(
         if spec.action == "stop":
             if epoch is not None and epoch <= spec.epoch:
                 out.stop[spec.replica] = spec.grace_s
+            elif epoch is None and (spec.replica, spec.epoch) not in finished:
+                out.skip.append(spec)
         elif epoch is not None:
             if epoch != spec.epoch:
                 out.stop[spec.replica] = None

@@ -229,6 +229,8 @@ class Agent:
             todo = plan(self.desired, self.runtime.epochs(), self.runtime.finished)
             for name, grace in todo.stop.items():
                 self.runtime.stop(name, grace)
+            for spec in todo.skip:
+                self.runtime.skip(spec)
             for spec in todo.start:
                 if self.session is None or self._closing or self._fenced:
                     return

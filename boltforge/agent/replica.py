@@ -88,16 +88,18 @@ class Replica:
     def _progress(self, line: dict[str, Any]) -> Progress | None:
         spec = self.spec
         try:
-            return Progress(
-                replica=spec.replica,
-                job=spec.job,
-                epoch=spec.epoch,
-                rank=line.get("rank", 0),
-                step=line.get("step"),
-                at=line.get("at"),
-                step_time_s=line.get("step_time_s"),
-                checkpoint=bool(line.get("checkpoint", False)),
-                metrics=line.get("metrics") or {},
+            return Progress.model_validate(
+                {
+                    "replica": spec.replica,
+                    "job": spec.job,
+                    "epoch": spec.epoch,
+                    "rank": line.get("rank", 0),
+                    "step": line.get("step"),
+                    "at": line.get("at"),
+                    "step_time_s": line.get("step_time_s"),
+                    "checkpoint": bool(line.get("checkpoint", False)),
+                    "metrics": line.get("metrics") or {},
+                }
             )
         except ValidationError:
             return None

@@ -79,6 +79,15 @@ class Runtime:
         self.outbox.add_event(replica.event("started", time.time(), pid=replica.pid))
         self._spawn(self._watch(replica))
 
+    def skip(self, spec: ReplicaSpec) -> None:
+        """Report ``spec`` as exited without running it: it was told to stop before it
+        started here (that epoch is then finished)."""
+        self.finished.add((spec.replica, spec.epoch))
+        replica = Replica(spec, replica_paths(self.work_dir, spec))
+        detail = "stopped before it started"
+        log.info("replica %s (epoch %d) %s", spec.replica, spec.epoch, detail)
+        self.outbox.add_event(replica.event("exited", time.time(), detail=detail))
+
     def stop(self, name: str, grace_s: float | None = None) -> None:
         """Send the checkpoint signal (SIGTERM) to the replica's process group, then SIGKILL
         after ``grace_s`` (default: its spec's) if it is still there. Stopping a replica that

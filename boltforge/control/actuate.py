@@ -252,8 +252,8 @@ def _wait(world: World, w: Waiting) -> None:
     detail = list(w.detail)
     if row.reason != w.reason.value:
         row.reason = w.reason.value
-    if row.position != w.position:
-        row.position = w.position
+    if w.position >= 0 and row.position != w.position:
+        row.position = w.position  # incremental passes leave the place in line to full ones
     if w.estimated_start is not None or row.estimated_start is not None:
         row.estimated_start = w.estimated_start
     if row.waiting != detail:

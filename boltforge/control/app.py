@@ -33,6 +33,7 @@ def create_app(config: ServerConfig, clock: Callable[[], float] = time.time) -> 
             rt.scheduler.stop()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait_for(task, 10)
+            rt.intake.close()
             rt.db.close()
 
     app = FastAPI(

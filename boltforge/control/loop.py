@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy.orm import Session
 
@@ -33,9 +33,12 @@ from boltforge.control.world import Caches, World, load_world, usage
 from boltforge.core.cycle import run_cycle, schedule_arrival
 from boltforge.core.decisions import CycleResult, Reserve, Waiting, WaitReason
 from boltforge.core.policy import Policy
+from boltforge.core.workload import Usage
 
 log = logging.getLogger("boltforge.loop")
 MAX_INCREMENTAL = 16
+USAGE_REFRESH_S = 5.0
+GATHER_S = 0.02
 
 
 @dataclass
@@ -74,6 +77,8 @@ class Scheduler:
         self.caches = Caches()
         self.reservations: tuple[Reserve, ...] = ()
         self.recent: list[tuple[float, int]] = []
+        self._usage_cache = Usage()
+        self._usage_at = float("-inf")
         self._pending_lock = threading.Lock()
         self._arrivals: list[str] = []
         self._other = True
@@ -94,15 +99,22 @@ class Scheduler:
             self._loop.call_soon_threadsafe(self._wakeup.set)
 
     async def run(self) -> None:
-        """Pass whenever woken or every ``tick_s``, until ``stop``."""
+        """Pass whenever woken or every ``tick_s``, until ``stop``. Under a stream of
+        wake-ups, passes start at most every ``GATHER_S`` so each covers many events (the
+        first wake-up after a quiet spell is served at once)."""
         self._loop = asyncio.get_running_loop()
         self._wakeup = asyncio.Event()
+        last = float("-inf")
         while not self._stopping:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), self.tick_s)
+            gap = time.monotonic() - last
+            if gap < GATHER_S:
+                await asyncio.sleep(GATHER_S - gap)
             self._wakeup.clear()
             if self._stopping:
                 break
+            last = time.monotonic()
             try:
                 touched = await asyncio.to_thread(self.pass_once)
             except Exception:  # a pass must never take the loop down with it
@@ -144,15 +156,15 @@ class Scheduler:
             if full:
                 touched |= self._full(s, now)
             else:
-                for job in arrivals:
-                    touched |= self._arrival(s, now, job)
+                touched |= self._incremental(s, now, arrivals)
             touched |= dispatch(s, now)  # 5. dispatch
         return touched
 
     def _full(self, s: Session, now: float) -> Touched:
         started = time.perf_counter()
         world = load_world(s, now, self.caches)  # 2. world
-        snap = world.snapshot(usage(s, now, self.policy.half_life_s), self._recent(now))
+        self._usage_at = float("-inf")
+        snap = world.snapshot(self._usage(s, now), self._recent(now))
         result = run_cycle(snap, self.policy)  # 3. decide
         self.reservations = result.reservations
         touched = self._persist(s, world, result)  # 4. persist
@@ -161,17 +173,28 @@ class Scheduler:
         self._timed(started, result)
         return touched
 
-    def _arrival(self, s: Session, now: float, job_id: str) -> Touched:
-        started = time.perf_counter()
-        world = load_world(s, now, self.caches)
-        job = next((j for j in world.pending if j.id == job_id), None)
-        if job is None:
-            return self._persist(s, world, CycleResult())
-        world.pending = [j for j in world.pending if j.id != job_id]
-        snap = world.snapshot(usage(s, now, self.policy.half_life_s), self._recent(now))
-        result = schedule_arrival(snap, job, self.policy, self.reservations)
-        touched = self._persist(s, world, result)
-        self._timed(started, result)
+    def _incremental(self, s: Session, now: float, job_ids: list[str]) -> Touched:
+        """Incremental passes for new jobs, in submit order, on one read of the store (read
+        again only after a pass evicted someone)."""
+        touched = Touched()
+        world: World | None = None
+        for job_id in job_ids:
+            started = time.perf_counter()
+            world = world or load_world(s, now, self.caches, waiting=job_ids)
+            job = next((j for j in world.pending if j.id == job_id), None)
+            if job is None:
+                continue
+            world.pending = [j for j in world.pending if j.id != job_id]
+            snap = world.snapshot(self._usage(s, now), self._recent(now))
+            result = schedule_arrival(snap, job, self.policy, self.reservations)
+            result = replace(result, waiting=tuple(replace(w, position=-1) for w in result.waiting))
+            touched |= self._persist(s, world, result)
+            if result.evictions:
+                world = None  # the victims still hold their GPUs: read the store again
+            else:
+                for b in result.binds:
+                    world.state.allocate(b.placement.allocation(None, job.priority))
+            self._timed(started, result)
         return touched
 
     def _persist(self, s: Session, world: World, result: CycleResult) -> Touched:
@@ -186,6 +209,14 @@ class Scheduler:
         if never:
             apply(s, world, CycleResult(waiting=tuple(never)), self.settings)
         return touched
+
+    def _usage(self, s: Session, now: float) -> Usage:
+        """Fair-share usage, read afresh for full passes and at most every few seconds for
+        incremental ones (it changes slowly)."""
+        if now - self._usage_at >= USAGE_REFRESH_S:
+            self._usage_cache = usage(s, now, self.policy.half_life_s)
+            self._usage_at = now
+        return self._usage_cache
 
     def _recent(self, now: float) -> tuple[tuple[float, int], ...]:
         window = self.policy.preempt_rules.churn_window_s

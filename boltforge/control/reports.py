@@ -45,20 +45,31 @@ def _started(s: Session, job: JobRow, rep: ReplicaRow, ev: ReplicaEvent) -> None
     if rep.state not in ("starting", "running"):
         return
     rep.state, rep.pid, rep.started_at = "running", ev.pid, ev.at
+    _maybe_running(s, job, ev.at)
+
+
+def _maybe_running(s: Session, job: JobRow, at: float) -> None:
+    """A scheduled job runs once every replica of its epoch has started (some may already
+    have finished)."""
     reps = _epoch(s, job)
-    if job.state == "scheduled" and all(r.state == "running" for r in reps):
-        first = job.started_at is None
-        job.started_at = job.started_at or ev.at
-        verb = "running" if first else "resumed"
-        nodes = len({r.node for r in reps})
-        message = f"{verb}: {len(reps)} replica(s) started on {nodes} node(s)"
-        transition(s, job, "running", ev.at, message, verb)
+    if job.state != "scheduled" or any(r.started_at is None for r in reps):
+        return
+    first = job.started_at is None
+    job.started_at = job.started_at or at
+    verb = "running" if first else "resumed"
+    nodes = len({r.node for r in reps})
+    message = f"{verb}: {len(reps)} replica(s) started on {nodes} node(s)"
+    transition(s, job, "running", at, message, verb)
 
 
 def _ended(s: Session, job: JobRow, rep: ReplicaRow, ev: ReplicaEvent) -> Touched:
     stopping = rep.state == "stopping"
     rep.state, rep.exited_at = "exited", ev.at
     rep.exit_code, rep.signal, rep.checkpoint_s = ev.exit_code, ev.signal, ev.checkpoint_s
+    ran = ev.exit_code is not None or ev.signal is not None
+    if ev.kind == "exited" and ran and rep.started_at is None:
+        rep.started_at = rep.dispatched_at or ev.at  # it ran, though its start was not heard
+    _maybe_running(s, job, ev.at)
     reps = _epoch(s, job)
     alive = [r for r in reps if r.state not in ("exited", "lost")]
     touched = Touched()

@@ -14,6 +14,7 @@ from boltforge.control.agents import LeaseTerms
 from boltforge.control.auth import Caller, create_token, digest
 from boltforge.control.db import Database
 from boltforge.control.fleet import Fleet
+from boltforge.control.intake import Intake
 from boltforge.control.loop import Scheduler
 from boltforge.control.models import TokenRow
 from boltforge.control.notify import Notifier
@@ -56,9 +57,11 @@ class Runtime:
             config.tick_s,
             config.full_every_s,
         )
+        self.intake = Intake(self.db)
         self._tokens: dict[str, Caller] = {}
         self._tokens_lock = threading.Lock()
         self._fleet_caches = Caches()
+        self._fleet: Fleet | None = None
 
     def start(self) -> None:
         """Migrate the store and store the bootstrap tokens."""
@@ -91,6 +94,13 @@ class Runtime:
         return found
 
     def fleet(self) -> Fleet:
-        """The fleet over the registered nodes, for checks at submit."""
-        with self.db.session() as s:
-            return load_fleet(s, self._fleet_caches)[0]
+        """The fleet over the registered nodes, for checks at submit (kept until a node
+        registers again: ``forget_fleet``)."""
+        fleet = self._fleet
+        if fleet is None:
+            with self.db.session() as s:
+                fleet = self._fleet = load_fleet(s, self._fleet_caches)[0]
+        return fleet
+
+    def forget_fleet(self) -> None:
+        self._fleet = None

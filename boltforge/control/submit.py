@@ -15,7 +15,6 @@ from sqlalchemy.orm import Session
 
 from boltforge.control.auth import Caller
 from boltforge.control.fleet import Fleet
-from boltforge.control.lifecycle import record
 from boltforge.control.models import CounterRow, JobRow
 from boltforge.core.answers import Outcome
 from boltforge.core.gang import Gang
@@ -112,20 +111,19 @@ def check_fit(spec: JobSpec, fleet: Fleet | None, source: str = "job") -> Gang |
     raise SpecError(source, problems or [Problem("job", _MISSING, "can never run here")])
 
 
-def create_jobs(
-    s: Session,
+def job_rows(
     spec: JobSpec,
     tasks: list[int] | None,
     gang: Gang | None,
     caller: Caller,
     at: float,
     key: str | None,
-) -> list[JobRow]:
-    """Write the job (or one row per array task) as pending, each with a ``queued`` event."""
-    num = next_number(s)
+    num: int,
+) -> list[dict[str, Any]]:
+    """The ``jobs`` rows (as column values) of one submission numbered ``num``: the job, or
+    one row per array task, all pending."""
     gpus, replicas = _size(spec, gang)
-    data = spec.model_dump(mode="json", exclude_defaults=True)
-    base = {
+    base: dict[str, Any] = {
         "num": num,
         "name": spec.name,
         "team": spec.team,
@@ -134,29 +132,38 @@ def create_jobs(
         "user": caller.name,
         "priority": spec.priority_class,
         "state": "pending",
-        "spec": data,
+        "spec": spec.model_dump(mode="json", exclude_defaults=True),
         "gpus": gpus,
         "replicas": replicas,
         "submitted_at": at,
         "waiting": [],
         "explanation": [],
+        "epoch": 0,
+        "restarts": 0,
+        "preemptions": 0,
+        "attained_gpu_s": 0.0,
+        "borrowed": False,
+        "reason": "",
+        "array_id": None,
+        "array_index": None,
+        "array_spec": None,
     }
-    label = f"{gpus} GPU(s) in {replicas} replica(s)" if gpus else f"{replicas} replica(s)"
-    word = PRIORITY_NAMES[spec.priority_class]
-    message = f"queued: {label} for team {spec.team}, priority {word}"
     rows = []
     for i, index in enumerate(tasks if tasks is not None else [None]):
-        job_id = str(num) if index is None else f"{num}_{index}"
-        row = JobRow(id=job_id, **base, idempotency_key=key if i == 0 else None)
+        row = {**base, "id": str(num) if index is None else f"{num}_{index}"}
+        row["idempotency_key"] = key if i == 0 else None
         if tasks is not None:
-            row.array_id, row.array_index = str(num), index
-            row.array_spec = ranges(tasks)
+            row.update(array_id=str(num), array_index=index, array_spec=ranges(tasks))
         rows.append(row)
-    s.add_all(rows)
-    s.flush()
-    for row in rows:
-        record(s, row.id, at, "queued", message)
     return rows
+
+
+def queued_message(row: dict[str, Any]) -> str:
+    """The first line of a job's timeline."""
+    gpus, replicas = row["gpus"], row["replicas"]
+    label = f"{gpus} GPU(s) in {replicas} replica(s)" if gpus else f"{replicas} replica(s)"
+    word = PRIORITY_NAMES[row["priority"]]
+    return f"queued: {label} for team {row['team']}, priority {word}"
 
 
 def _size(spec: JobSpec, gang: Gang | None) -> tuple[int, int]:
@@ -169,10 +176,13 @@ def _size(spec: JobSpec, gang: Gang | None) -> tuple[int, int]:
     return total, max(1, total // per) if total else 1
 
 
-def next_number(s: Session) -> int:
-    """The next job number (one counter row, incremented in the caller's transaction)."""
-    bump = update(CounterRow).where(CounterRow.name == "job").values(value=CounterRow.value + 1)
-    return int(s.scalars(bump.returning(CounterRow.value)).one())
+def next_numbers(s: Session, count: int) -> range:
+    """The next ``count`` job numbers (one counter row, moved in the caller's transaction)."""
+    bump = update(CounterRow).where(CounterRow.name == "job")
+    last = int(
+        s.scalars(bump.values(value=CounterRow.value + count).returning(CounterRow.value)).one()
+    )
+    return range(last - count + 1, last + 1)
 
 
 def find_by_key(s: Session, key: str) -> JobRow | None:

@@ -81,8 +81,12 @@ def load_fleet(s: Session, caches: Caches) -> tuple[Fleet, dict[str, NodeRow]]:
     return fleet, nodes
 
 
-def load_world(s: Session, now: float, caches: Caches) -> World:
-    """Read the store into a ``World`` for one pass at time ``now``."""
+def load_world(
+    s: Session, now: float, caches: Caches, waiting: Iterable[str] | None = None
+) -> World:
+    """Read the store into a ``World`` for one pass at time ``now``: every job holding GPUs,
+    and the waiting jobs (only those named in ``waiting`` when given, for incremental
+    passes, which do not need the whole queue)."""
     fleet, nodes = load_fleet(s, caches)
     state = FleetState(fleet.tree)
     for name, node in nodes.items():
@@ -92,7 +96,13 @@ def load_world(s: Session, now: float, caches: Caches) -> World:
     by_job: dict[str, list[ReplicaRow]] = defaultdict(list)
     for r in active:
         by_job[r.job_id].append(r)
-    live = list(s.scalars(select(JobRow).where(JobRow.state.in_((*WAITING, *HOLDING)))))
+    if waiting is None:
+        live = list(s.scalars(select(JobRow).where(JobRow.state.in_((*WAITING, *HOLDING)))))
+    else:
+        wanted = JobRow.state.in_(HOLDING) | (
+            JobRow.id.in_(list(waiting)) & JobRow.state.in_(WAITING)
+        )
+        live = list(s.scalars(select(JobRow).where(wanted)))
     rows = {j.id: j for j in live}
     for extra in set(by_job) - set(rows):
         row = s.get(JobRow, extra)

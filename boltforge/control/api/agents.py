@@ -43,6 +43,7 @@ def register(reg: Registration, who: Agents, rt: Rt) -> Lease:
             gpus=reg.inventory.gpus,
             pool=reg.inventory.pool,
         )
+    rt.forget_fleet()
     _changed(rt, touched)
     return lease
 

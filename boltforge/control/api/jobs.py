@@ -16,10 +16,11 @@ from boltforge.control.api.errors import ERRORS, ApiError
 from boltforge.control.audit import audit
 from boltforge.control.auth import Caller
 from boltforge.control.cancel import cancel_jobs
+from boltforge.control.intake import Order
 from boltforge.control.lifecycle import LIVE
 from boltforge.control.models import EventRow, JobRow, LogRow, ReplicaRow
 from boltforge.control.runtime import Runtime
-from boltforge.control.submit import check_fit, create_jobs, find_by_key, parse_request
+from boltforge.control.submit import check_fit, find_by_key, parse_request
 from boltforge.control.views import HELD, detail, event_out, summary
 from boltforge.wire.jobs import (
     TERMINAL,
@@ -60,26 +61,14 @@ def submit(
             f"To fix: set `team: {who.team}`",
         )
     gang = check_fit(spec, rt.fleet(), req.source)
-    now = rt.clock()
     try:
-        with rt.db.session() as s:
-            rows = create_jobs(s, spec, tasks, gang, who, now, key)
-            audit(
-                s,
-                who,
-                "submit",
-                rows[0].array_id or rows[0].id,
-                now,
-                name=spec.name,
-                team=spec.team,
-                tasks=len(rows),
-            )
-            reply = SubmitReply(job=summary(rows[0]), tasks=[r.id for r in rows] if tasks else [])
+        rows = rt.intake.write(Order(spec, tasks, gang, who, rt.clock(), key))
     except IntegrityError:
         again = _existing(rt, key, who, response) if key else None
         if again is None:
             raise
         return again
+    reply = SubmitReply(job=summary(rows[0]), tasks=[r.id for r in rows] if tasks else [])
     if tasks:
         rt.scheduler.wake()
     else:

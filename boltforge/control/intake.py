@@ -1,0 +1,130 @@
+"""Writing submissions in groups: one transaction, and one commit, for every submission
+waiting at that moment.
+
+Request threads validate on their own and hand the writer a finished ``Order``; the writer
+numbers the jobs and inserts the jobs, their ``queued`` events and the audit entries of the
+whole group at once. Under load this turns many small transactions into a few large ones; a
+lone submission is written at once. If a group fails (an idempotency key used twice at the
+same moment), each of its orders is written on its own so only the offender fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import insert
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from boltforge.control.auth import Caller
+from boltforge.control.db import Database
+from boltforge.control.models import AuditRow, EventRow, JobRow
+from boltforge.control.submit import job_rows, next_numbers, queued_message
+from boltforge.core.gang import Gang
+from boltforge.spec.job import JobSpec
+
+log = logging.getLogger("boltforge.intake")
+MAX_GROUP = 256
+
+
+@dataclass
+class Order:
+    """One validated submission, and where its written rows go."""
+
+    spec: JobSpec
+    tasks: list[int] | None
+    gang: Gang | None
+    caller: Caller
+    at: float
+    key: str | None
+    done: Future[list[JobRow]] = field(default_factory=Future)
+
+
+class Intake:
+    """The single writer of new jobs (a thread); ``write`` blocks until its order is stored."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._orders: queue.Queue[Order | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="intake", daemon=True)
+        self._thread.start()
+
+    def write(self, order: Order) -> list[JobRow]:
+        """Store ``order``; return its rows (raises what storing it raised)."""
+        self._orders.put(order)
+        return order.done.result()
+
+    def close(self) -> None:
+        self._orders.put(None)
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        while True:
+            first = self._orders.get()
+            if first is None:
+                return
+            group = [first]
+            while len(group) < MAX_GROUP:
+                try:
+                    more = self._orders.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self._orders.put(None)
+                    break
+                group.append(more)
+            self._store(group)
+
+    def _store(self, group: list[Order]) -> None:
+        try:
+            with self.db.session() as s:
+                results = _insert(s, group)
+        except IntegrityError:
+            if len(group) > 1:
+                for order in group:
+                    self._store([order])
+                return
+            group[0].done.set_exception(IntegrityError("idempotency key", None, Exception()))
+            return
+        except Exception as e:  # hand any failure to the waiting request
+            log.exception("storing %d submission(s) failed", len(group))
+            for order in group:
+                order.done.set_exception(e)
+            return
+        for order, rows in zip(group, results, strict=True):
+            order.done.set_result(rows)
+
+
+def _insert(s: Session, group: list[Order]) -> list[list[JobRow]]:
+    numbers = next_numbers(s, len(group))
+    jobs: list[list[dict[str, Any]]] = []
+    events: list[dict[str, Any]] = []
+    audits: list[dict[str, Any]] = []
+    for num, o in zip(numbers, group, strict=True):
+        rows = job_rows(o.spec, o.tasks, o.gang, o.caller, o.at, o.key, num)
+        jobs.append(rows)
+        message = queued_message(rows[0])
+        events += [
+            {"job_id": r["id"], "at": o.at, "kind": "queued", "message": message, "data": {}}
+            for r in rows
+        ]
+        audits.append(
+            {
+                "at": o.at,
+                "who": o.caller.name,
+                "role": o.caller.role,
+                "action": "submit",
+                "target": rows[0]["array_id"] or rows[0]["id"],
+                "source": o.caller.source[:100],
+                "detail": {"name": o.spec.name, "team": o.spec.team, "tasks": len(rows)},
+            }
+        )
+    s.execute(insert(JobRow), [r for rows in jobs for r in rows])
+    s.execute(insert(EventRow), events)
+    s.execute(insert(AuditRow), audits)
+    return [[JobRow(**r) for r in rows] for rows in jobs]
