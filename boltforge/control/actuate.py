@@ -7,6 +7,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from boltforge.control.lifecycle import HOLDING, WAITING, record, transition
@@ -19,6 +20,7 @@ from boltforge.core.state import Grant
 from boltforge.ranges import hostlist
 
 FIRST_PORT = 29500
+HELD = ("waiting", "starting", "running", "stopping")
 
 
 @dataclass
@@ -47,7 +49,7 @@ def apply(s: Session, world: World, result: CycleResult, settings: Settings) -> 
     touched = Touched()
     for ev in result.evictions:
         touched |= evict(s, world, ev)
-    ports = _ports_in_use(world)
+    ports = _ports_in_use(s) if result.binds else set()
     victims: dict[str, list[str]] = {}
     for ev in result.evictions:
         victims.setdefault(ev.for_job, []).append(ev.job)
@@ -128,7 +130,7 @@ def bind(
     row.borrowed = b.borrowed_gpus > 0
     grants = [g for plan in b.placement.roles for g in plan.grants]
     master = world.nodes[tree.hosts[grants[0].host].name].inventory.get("address", "127.0.0.1")
-    port = min(p for p in range(FIRST_PORT, FIRST_PORT + 10_000) if p not in ports)
+    port = next(p for p in range(FIRST_PORT, FIRST_PORT + 10_000) if p not in ports)
     ports.add(port)
     hosts = [tree.hosts[g.host].name for g in grants]
     for rank, g in enumerate(grants):
@@ -236,12 +238,13 @@ def _command(spec: dict[str, Any], role: str) -> list[str]:
     return [str(c) for c in command or []]
 
 
-def _ports_in_use(world: World) -> set[int]:
+def _ports_in_use(s: Session) -> set[int]:
+    """Rendezvous ports of the replicas that hold GPUs now (one read)."""
+    held = select(ReplicaRow.spec).where(ReplicaRow.state.in_(HELD))
     return {
-        int(r.spec["env"]["MASTER_PORT"])
-        for reps in world.replicas.values()
-        for r in reps
-        if "MASTER_PORT" in r.spec.get("env", {})
+        int(spec["env"]["MASTER_PORT"])
+        for spec in s.scalars(held)
+        if "MASTER_PORT" in spec.get("env", {})
     }
 
 

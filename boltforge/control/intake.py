@@ -10,14 +10,15 @@ same moment), each of its orders is written on its own so only the offender fail
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import insert
+from sqlalchemy import Table, insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -42,7 +43,7 @@ class Order:
     caller: Caller
     at: float
     key: str | None
-    done: Future[list[JobRow]] = field(default_factory=Future)
+    done: Future[list[dict[str, Any]]] = field(default_factory=Future)
 
 
 class Intake:
@@ -54,10 +55,16 @@ class Intake:
         self._thread = threading.Thread(target=self._run, name="intake", daemon=True)
         self._thread.start()
 
-    def write(self, order: Order) -> list[JobRow]:
-        """Store ``order``; return its rows (raises what storing it raised)."""
+    def write(self, order: Order) -> list[dict[str, Any]]:
+        """Store ``order``; return its ``jobs`` rows as column values (raises what storing
+        it raised)."""
         self._orders.put(order)
         return order.done.result()
+
+    async def write_async(self, order: Order) -> list[dict[str, Any]]:
+        """``write`` for coroutines: waits without holding a worker thread."""
+        self._orders.put(order)
+        return await asyncio.wrap_future(order.done)
 
     def close(self) -> None:
         self._orders.put(None)
@@ -100,7 +107,7 @@ class Intake:
             order.done.set_result(rows)
 
 
-def _insert(s: Session, group: list[Order]) -> list[list[JobRow]]:
+def _insert(s: Session, group: list[Order]) -> list[list[dict[str, Any]]]:
     numbers = next_numbers(s, len(group))
     jobs: list[list[dict[str, Any]]] = []
     events: list[dict[str, Any]] = []
@@ -124,7 +131,11 @@ def _insert(s: Session, group: list[Order]) -> list[list[JobRow]]:
                 "detail": {"name": o.spec.name, "team": o.spec.team, "tasks": len(rows)},
             }
         )
-    s.execute(insert(JobRow), [r for rows in jobs for r in rows])
-    s.execute(insert(EventRow), events)
-    s.execute(insert(AuditRow), audits)
-    return [[JobRow(**r) for r in rows] for rows in jobs]
+    connection = s.connection()
+    for table, rows in (
+        (JobRow.__table__, [r for job in jobs for r in job]),
+        (EventRow.__table__, events),
+        (AuditRow.__table__, audits),
+    ):
+        connection.execute(insert(cast(Table, table)), rows)
+    return jobs

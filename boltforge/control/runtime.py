@@ -77,11 +77,15 @@ class Runtime:
                 ):
                     create_token(s, name, role, None, self.clock(), token)
 
+    def known_caller(self, token: str) -> Caller | None:
+        """Who holds ``token``, if already looked up (no store access)."""
+        with self._tokens_lock:
+            return self._tokens.get(digest(token))
+
     def caller(self, token: str) -> Caller | None:
         """Who holds ``token`` (remembered after the first lookup)."""
         key = digest(token)
-        with self._tokens_lock:
-            known = self._tokens.get(key)
+        known = self.known_caller(token)
         if known is not None:
             return known
         with self.db.session() as s:
@@ -101,6 +105,10 @@ class Runtime:
             with self.db.session() as s:
                 fleet = self._fleet = load_fleet(s, self._fleet_caches)[0]
         return fleet
+
+    def known_fleet(self) -> Fleet | None:
+        """The fleet if it is already built (no store access)."""
+        return self._fleet
 
     def forget_fleet(self) -> None:
         self._fleet = None

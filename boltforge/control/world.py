@@ -12,17 +12,16 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from boltforge.control.fleet import Fleet, build_fleet
 from boltforge.control.lifecycle import HOLDING, WAITING
 from boltforge.control.models import JobRow, NodeRow, ReplicaRow, RunRow
 from boltforge.core.cycle import Snapshot
-from boltforge.core.gang import Gang
 from boltforge.core.quota import lineage
 from boltforge.core.state import Allocation, Conflict, FleetState, Grant
 from boltforge.core.workload import Job, Running, Usage
@@ -37,10 +36,12 @@ USABLE_NODES = ("ready", "suspect")
 
 @dataclass
 class Caches:
-    """What passes may reuse: the fleet per node set, and each job's gang per fleet."""
+    """What passes may reuse: the fleet per node set, and each live job as the core sees it
+    on that fleet (None: its spec names hardware the fleet lacks). Specs never change after
+    submit, so a job is built once per fleet; jobs that ended are dropped by full passes."""
 
     fleets: dict[tuple[object, ...], Fleet] = field(default_factory=dict)
-    gangs: dict[tuple[str, int], Gang | None] = field(default_factory=dict)
+    jobs: dict[str, Job | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -78,6 +79,7 @@ def load_fleet(s: Session, caches: Caches) -> tuple[Fleet, dict[str, NodeRow]]:
         fleet = build_fleet("boltforge", inventories)
         caches.fleets.clear()
         caches.fleets[key] = fleet
+        caches.jobs.clear()
     return fleet, nodes
 
 
@@ -92,17 +94,23 @@ def load_world(
     for name, node in nodes.items():
         if node.state not in USABLE_NODES or node.cordoned:
             state.cordoned[fleet.index[name]] = True
-    active = list(s.scalars(select(ReplicaRow).where(ReplicaRow.state.in_(ACTIVE))))
+    replicas = select(ReplicaRow).options(defer(ReplicaRow.spec))
+    active = list(s.scalars(replicas.where(ReplicaRow.state.in_(ACTIVE))))
     by_job: dict[str, list[ReplicaRow]] = defaultdict(list)
     for r in active:
         by_job[r.job_id].append(r)
+    holders = select(JobRow).options(defer(JobRow.spec)).where(JobRow.state.in_(HOLDING))
+    live = list(s.scalars(holders))
+    queued = select(JobRow).where(JobRow.state.in_(WAITING))
+    if waiting is not None:
+        queued = queued.where(JobRow.id.in_(list(waiting)))
+    fresh = [j.id for j in live if j.id not in caches.jobs]
+    if fresh:  # their specs, in one read rather than one each
+        s.scalars(select(JobRow).where(JobRow.id.in_(fresh))).all()
+    live += list(s.scalars(queued))
     if waiting is None:
-        live = list(s.scalars(select(JobRow).where(JobRow.state.in_((*WAITING, *HOLDING)))))
-    else:
-        wanted = JobRow.state.in_(HOLDING) | (
-            JobRow.id.in_(list(waiting)) & JobRow.state.in_(WAITING)
-        )
-        live = list(s.scalars(select(JobRow).where(wanted)))
+        kept = {j.id for j in live}
+        caches.jobs = {k: v for k, v in caches.jobs.items() if k in kept}
     rows = {j.id: j for j in live}
     for extra in set(by_job) - set(rows):
         row = s.get(JobRow, extra)
@@ -124,13 +132,13 @@ def _hold(world: World, caches: Caches) -> None:
         row = world.rows.get(job_id)
         if row is None or row.state not in HOLDING:
             continue
+        job = _job(world, row, caches)
         grants = _grants(world.fleet, reps)
-        limit = _limit(row)
+        limit = job.time_limit if job is not None else None
         end = row.bound_at + limit if row.bound_at is not None and limit else None
         if not _allocate(world.state, Allocation(job_id, grants, end, row.priority)):
             continue
         claimed |= {(r.node, g) for r in reps for g in r.gpus}
-        job = _job(world, row, caches)
         if job is not None:
             world.running.append(_running(job, world.state.allocations[job_id], row))
     for job_id, reps in sorted(world.replicas.items()):
@@ -173,41 +181,40 @@ def _allocate(state: FleetState, allocation: Allocation) -> bool:
     return True
 
 
-def _limit(row: JobRow) -> float | None:
-    value = row.spec.get("time_limit")
-    return float(value) if value is not None else None
-
-
-def gang_of(row: JobRow, fleet: Fleet, caches: Caches) -> Gang | None:
-    """The job's gang on ``fleet`` (None when its spec names hardware the fleet lacks)."""
-    key = (row.id, id(fleet))
-    if key not in caches.gangs:
-        try:
-            caches.gangs[key] = to_gang(JobSpec.model_validate(row.spec), fleet.tree, row.id)
-        except SpecError:
-            caches.gangs[key] = None
-    return caches.gangs[key]
-
-
 def _job(world: World, row: JobRow, caches: Caches) -> Job | None:
-    gang = gang_of(row, world.fleet, caches)
-    if gang is None:
+    """The core's view of ``row`` (built from its spec once per fleet)."""
+    if row.id not in caches.jobs:
+        caches.jobs[row.id] = job_of(row, world.fleet)
+    job = caches.jobs[row.id]
+    if job is None:
         world.unresolved[row.id] = "its spec names GPUs this fleet does not have"
         return None
+    if job.attained_gpu_seconds != row.attained_gpu_s:
+        job = replace(job, attained_gpu_seconds=row.attained_gpu_s)
+    return job
+
+
+def job_of(row: JobRow, fleet: Fleet) -> Job | None:
+    """The core ``Job`` for ``row`` on ``fleet`` (None when its spec names hardware the
+    fleet lacks)."""
     spec = row.spec
+    try:
+        gang = to_gang(JobSpec.model_validate(spec), fleet.tree, row.id)
+    except SpecError:
+        return None
     elastic = spec.get("elastic")
     deadline = spec.get("deadline")
-    checkpoint = spec.get("checkpoint", {})
+    limit = spec.get("time_limit")
     return Job(
         row.id,
         gang,
         row.queue,
         row.submitted_at,
-        time_limit=_limit(row),
+        time_limit=float(limit) if limit is not None else None,
         deadline=datetime.fromisoformat(deadline).timestamp() if deadline else None,
         preemptible=bool(spec.get("preemptible", True)),
         elastic=(int(elastic["min"]), int(elastic["max"])) if elastic else None,
-        checkpoint_interval=checkpoint.get("interval"),
+        checkpoint_interval=(spec.get("checkpoint") or {}).get("interval"),
         attained_gpu_seconds=row.attained_gpu_s,
     )
 

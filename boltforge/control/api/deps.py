@@ -1,23 +1,28 @@
-"""Request plumbing: the server's runtime, the authenticated caller, and role checks."""
+"""Request plumbing: the server's runtime, the authenticated caller, and role checks.
+
+The dependencies are coroutines so FastAPI runs them on the event loop rather than handing
+each to a worker thread; the one that may read the store does so in a thread.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
+from fastapi.concurrency import run_in_threadpool
 
 from boltforge.control.api.errors import ApiError
 from boltforge.control.auth import Caller
 from boltforge.control.runtime import Runtime
 
 
-def runtime(request: Request) -> Runtime:
+async def runtime(request: Request) -> Runtime:
     rt: Runtime = request.app.state.runtime
     return rt
 
 
-def caller(
+async def caller(
     request: Request,
     rt: Annotated[Runtime, Depends(runtime)],
     authorization: Annotated[str | None, Header()] = None,
@@ -30,17 +35,17 @@ def caller(
             "no API token. To fix: send `Authorization: Bearer <token>` "
             "(bolt reads it from BOLT_TOKEN)",
         )
-    found = rt.caller(token.strip())
+    found = rt.known_caller(token.strip()) or await run_in_threadpool(rt.caller, token.strip())
     if found is None:
         raise ApiError(401, "unknown API token. To fix: ask an admin for a token")
     source = request.client.host if request.client else ""
     return Caller(found.name, found.role, found.team, source)
 
 
-def role(*allowed: str) -> Callable[[Caller], Caller]:
+def role(*allowed: str) -> Callable[[Caller], Awaitable[Caller]]:
     """A dependency that lets only ``allowed`` roles through (403 otherwise)."""
 
-    def check(who: Annotated[Caller, Depends(caller)]) -> Caller:
+    async def check(who: Annotated[Caller, Depends(caller)]) -> Caller:
         if who.role not in allowed:
             raise ApiError(
                 403,

@@ -39,7 +39,7 @@ MAX_WAIT_S = 60.0
 
 
 @router.post("", status_code=201)
-def submit(
+async def submit(
     req: SubmitRequest,
     who: Actors,
     rt: Rt,
@@ -47,10 +47,12 @@ def submit(
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> SubmitReply:
     """Validate and queue a job (or an array job). Bad input: 422 naming each field and its
-    fix, and nothing is stored. A repeated idempotency key returns the first job (200)."""
+    fix, and nothing is stored. A repeated idempotency key returns the first job (200).
+    Validation runs on the event loop (it is quick and reads no store); the writer thread
+    stores the job."""
     key = req.idempotency_key or idempotency_key
     if key:
-        again = _existing(rt, key, who, response)
+        again = await run_in_threadpool(_existing, rt, key, who, response)
         if again is not None:
             return again
     spec, tasks = parse_request(req)
@@ -60,15 +62,18 @@ def submit(
             f"you may submit only for team {who.team}, not {spec.team}. "
             f"To fix: set `team: {who.team}`",
         )
-    gang = check_fit(spec, rt.fleet(), req.source)
+    fleet = rt.known_fleet() or await run_in_threadpool(rt.fleet)
+    gang = check_fit(spec, fleet, req.source)
     try:
-        rows = rt.intake.write(Order(spec, tasks, gang, who, rt.clock(), key))
+        rows = await rt.intake.write_async(Order(spec, tasks, gang, who, rt.clock(), key))
     except IntegrityError:
-        again = _existing(rt, key, who, response) if key else None
+        again = await run_in_threadpool(_existing, rt, key, who, response) if key else None
         if again is None:
             raise
         return again
-    reply = SubmitReply(job=summary(rows[0]), tasks=[r.id for r in rows] if tasks else [])
+    reply = SubmitReply(
+        job=summary(JobRow(**rows[0])), tasks=[r["id"] for r in rows] if tasks else []
+    )
     if tasks:
         rt.scheduler.wake()
     else:
