@@ -28,6 +28,9 @@ test: lint typecheck
 bench: $(STAMP)
 	$(BIN)/python bench/placement.py
 	$(BIN)/python bench/quality.py
+	$(BIN)/python bench/cycle.py
+	$(BIN)/python bench/simulate.py
+	$(BIN)/python bench/control_plane.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
