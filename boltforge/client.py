@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 from platformdirs import user_config_dir
@@ -19,6 +20,7 @@ from boltforge.wire.jobs import (
     JobList,
     LogPage,
     NodeList,
+    NodeOut,
     Problem,
     SubmitReply,
     SubmitRequest,
@@ -119,6 +121,18 @@ class Client:
 
     def nodes(self) -> NodeList:
         return self._call("GET", "/v1/nodes", NodeList)
+
+    def cordon(self, node: str) -> NodeOut:
+        """Give ``node`` no new work (admin)."""
+        return self._call("POST", f"/v1/nodes/{quote(node, safe='')}/cordon", NodeOut)
+
+    def drain(self, node: str) -> NodeOut:
+        """Cordon ``node`` and move its jobs off at their next checkpoint (admin)."""
+        return self._call("POST", f"/v1/nodes/{quote(node, safe='')}/drain", NodeOut)
+
+    def uncordon(self, node: str) -> NodeOut:
+        """Return ``node`` to service (admin)."""
+        return self._call("POST", f"/v1/nodes/{quote(node, safe='')}/uncordon", NodeOut)
 
     def fleet(self) -> FleetOut:
         return self._call("GET", "/v1/fleet", FleetOut)

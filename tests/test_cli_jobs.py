@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from controlplane import Plane, control_plane, wait_until
 
-from boltforge.wire.jobs import JobDetail
+from boltforge.wire.jobs import JobDetail, TokenRequest
 
 SLEEPS = '[python, -c, "import time; time.sleep(600)"]'
 # Exits 0 half a second after the checkpoint signal, as a checkpointing trainer would.
@@ -207,6 +207,25 @@ def test_submit_wait_exits_1_when_the_job_fails(plane: Plane, tmp_path: Path) ->
     run = plane.bolt("submit", str(spec(tmp_path, "fails", body)), "--wait")
     assert run.returncode == 1
     assert "failed, exit code 3" in run.stdout
+
+
+def test_nodes_cordon_drain_and_uncordon(plane: Plane) -> None:
+    cordoned = plane.bolt("nodes", "cordon", "host-1")
+    assert cordoned.returncode == 0, cordoned.stderr
+    assert "node host-1 cordoned: nothing new lands there" in cordoned.stdout
+    listed = json.loads(plane.bolt("nodes", "list", "--json").stdout)["nodes"]
+    assert {n["name"]: n["state"] for n in listed}["host-1"] == "cordoned"
+    drained = json.loads(plane.bolt("nodes", "drain", "host-1", "--json").stdout)
+    assert drained["name"] == "host-1" and drained["state"] == "cordoned"
+    back = plane.bolt("nodes", "uncordon", "host-1")
+    assert back.returncode == 0 and "node host-1 back in service (ready)" in back.stdout
+    missing = plane.bolt("nodes", "drain", "host-9")
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr
+    assert "no node host-9. To fix: check the name with `bolt nodes`" in missing.stderr
+    with plane.client() as c:
+        member = c.create_token(TokenRequest(name="mia", role="member", team="research")).token
+    refused = plane.bolt("nodes", "cordon", "host-0", token=member)
+    assert refused.returncode == 1 and "needs admin" in refused.stderr
 
 
 def test_nodes_top_and_logs_follow(plane: Plane, tmp_path: Path) -> None:

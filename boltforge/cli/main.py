@@ -27,7 +27,7 @@ class Bolt(LazyGroup):
         "explain": Lazy("boltforge.cli.jobs", "explain_command", JOBS),
         "cancel": Lazy("boltforge.cli.jobs", "cancel_command", JOBS),
         "logs": Lazy("boltforge.cli.jobs", "logs_command", JOBS),
-        "nodes": Lazy("boltforge.cli.nodes", "nodes_command", FLEET),
+        "nodes": Lazy("boltforge.cli.nodes", "nodes_app", FLEET),
         "top": Lazy("boltforge.cli.top", "top_command", FLEET),
         "token": Lazy("boltforge.cli.tokens", "token_app", FLEET),
         "up": Lazy("boltforge.cli.up", "up_command", DEV),

@@ -1,20 +1,129 @@
 """``bolt nodes``: every registered node with its place in the fleet, GPUs in use, state,
-last heartbeat and the jobs on it."""
+last heartbeat and the jobs on it; ``bolt nodes cordon|drain|uncordon NODE`` take a node out
+of service and back (admin)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated
 
+import typer
 from rich.table import Table
 
 from boltforge.cli.common import console, print_json
 from boltforge.cli.remote import JsonOpt, ServerOpt, TokenOpt, ago, api_errors, connect
+from boltforge.client import Client
 from boltforge.wire.jobs import NodeOut
 
-STATE_STYLE = {"ready": "green", "suspect": "yellow", "dead": "red", "cordoned": "dim"}
+STATE_STYLE = {
+    "ready": "green",
+    "suspect": "yellow",
+    "dead": "red",
+    "cordoned": "dim",
+    "draining": "magenta",
+}
+NodeArg = Annotated[str, typer.Argument(help="The node's name, as `bolt nodes` lists it.")]
+
+nodes_app = typer.Typer(
+    help="List the nodes (the default), or cordon, drain and uncordon one (admin).",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
 
 
-def nodes_command(json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = None) -> None:
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The --server/--token given before the subcommand (``bolt nodes --token T cordon N``)."""
+
+    server: str | None
+    token: str | None
+
+
+@nodes_app.callback(invoke_without_command=True)
+def nodes_group(
+    ctx: typer.Context, json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = None
+) -> None:
+    """List the nodes: pool, pod and rack, GPUs in use, state and the jobs on each. The
+    subcommands cordon, drain and uncordon take a node out of service and back (admin)."""
+    ctx.obj = Target(server, token)
+    if ctx.invoked_subcommand is None:
+        nodes_command(json, server, token)
+
+
+@nodes_app.command("list")
+def list_command(json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = None) -> None:
+    """List the nodes (the same as `bolt nodes`)."""
+    nodes_command(json, server, token)
+
+
+@nodes_app.command("cordon")
+def cordon_command(
+    ctx: typer.Context,
+    node: NodeArg,
+    json: JsonOpt = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Give NODE no new work; the jobs on it keep running."""
+    out = _call(ctx, server, token, "cordon", lambda c: c.cordon(node))
+    _said(out, json, f"node {node} cordoned: nothing new lands there; {_jobs(out)} keep running")
+
+
+@nodes_app.command("drain")
+def drain_command(
+    ctx: typer.Context,
+    node: NodeArg,
+    json: JsonOpt = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Cordon NODE and move its jobs elsewhere at their next checkpoint.
+
+    Each job on it gets the checkpoint signal and its grace period, then requeues and resumes
+    elsewhere from its last step."""
+    out = _call(ctx, server, token, "drain", lambda c: c.drain(node))
+    _said(out, json, f"node {node} draining: {_jobs(out)} checkpointing to move elsewhere")
+
+
+@nodes_app.command("uncordon")
+def uncordon_command(
+    ctx: typer.Context,
+    node: NodeArg,
+    json: JsonOpt = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Return a cordoned or drained NODE to service."""
+    out = _call(ctx, server, token, "uncordon", lambda c: c.uncordon(node))
+    _said(out, json, f"node {node} back in service ({out.state})")
+
+
+def _call(
+    ctx: typer.Context,
+    server: str | None,
+    token: str | None,
+    what: str,
+    call: Callable[[Client], NodeOut],
+) -> NodeOut:
+    given = ctx.obj if isinstance(ctx.obj, Target) else Target(None, None)
+    with connect(server or given.server, token or given.token) as client, api_errors(what):
+        return call(client)
+
+
+def _jobs(out: NodeOut) -> str:
+    return f"{len(out.jobs)} job(s)" if out.jobs else "no jobs"
+
+
+def _said(out: NodeOut, json: bool, sentence: str) -> None:
+    if json:
+        print_json(out.model_dump(mode="json"))
+    else:
+        console.print(sentence, highlight=False)
+
+
+def nodes_command(json: bool = False, server: str | None = None, token: str | None = None) -> None:
     """List the nodes: pool, pod and rack, GPUs in use, state and the jobs on each."""
     with connect(server, token) as client, api_errors("nodes"):
         listing = client.nodes()

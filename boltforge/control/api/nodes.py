@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Callable
 
 from fastapi import APIRouter
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
-from boltforge.control.api.deps import People, Rt
-from boltforge.control.api.errors import ERRORS
+from boltforge.control import quarantine
+from boltforge.control.actuate import Touched
+from boltforge.control.api.deps import Admins, People, Rt
+from boltforge.control.api.errors import ERRORS, ApiError
+from boltforge.control.audit import audit
+from boltforge.control.auth import Caller
 from boltforge.control.lifecycle import LIVE
 from boltforge.control.models import JobRow, NodeRow, ReplicaRow
+from boltforge.control.runtime import Runtime
 from boltforge.control.views import HELD, node_out
 from boltforge.control.world import load_world
 from boltforge.core.fragmentation import measure
-from boltforge.wire.jobs import FleetOut, NodeList
+from boltforge.wire.jobs import FleetOut, NodeList, NodeOut
 
 router = APIRouter(prefix="/v1", tags=["nodes"], responses=ERRORS)
 
@@ -24,15 +31,65 @@ def nodes(who: People, rt: Rt) -> NodeList:
     """Every registered node with its state, GPUs in use and (visible) jobs."""
     with rt.db.session() as s:
         rows = list(s.scalars(select(NodeRow).order_by(NodeRow.pod, NodeRow.rack, NodeRow.name)))
-        used: Counter[str] = Counter()
-        jobs: dict[str, set[str]] = defaultdict(set)
-        live = select(JobRow.id, JobRow.team).where(JobRow.state.in_(LIVE))
-        teams = {job_id: team for job_id, team in s.execute(live)}
-        for r in s.scalars(select(ReplicaRow).where(ReplicaRow.state.in_(HELD))):
-            used[r.node] += len(r.gpus)
-            if who.sees_team(teams.get(r.job_id, "")):
-                jobs[r.node].add(r.job_id)
-    return NodeList(nodes=[node_out(n, used[n.name], sorted(jobs[n.name])) for n in rows])
+        return NodeList(nodes=_rows_out(s, who, rows))
+
+
+def _rows_out(s: Session, who: Caller, rows: list[NodeRow]) -> list[NodeOut]:
+    used: Counter[str] = Counter()
+    jobs: dict[str, set[str]] = defaultdict(set)
+    live = select(JobRow.id, JobRow.team).where(JobRow.state.in_(LIVE))
+    teams = {job_id: team for job_id, team in s.execute(live)}
+    held = select(ReplicaRow).where(
+        ReplicaRow.state.in_(HELD), ReplicaRow.node.in_([n.name for n in rows])
+    )
+    for r in s.scalars(held):
+        used[r.node] += len(r.gpus)
+        if who.sees_team(teams.get(r.job_id, "")):
+            jobs[r.node].add(r.job_id)
+    return [node_out(n, used[n.name], sorted(jobs[n.name])) for n in rows]
+
+
+@router.post("/nodes/{node}/cordon")
+def cordon(node: str, who: Admins, rt: Rt) -> NodeOut:
+    """Give the node no new work; what runs there keeps running (404: no such node)."""
+    return _quarantine(rt, who, node, "cordon", lambda s, now: quarantine.cordon(s, node))
+
+
+@router.post("/nodes/{node}/drain")
+def drain(node: str, who: Admins, rt: Rt) -> NodeOut:
+    """Cordon the node and move its jobs off at their next checkpoint: each gets the
+    checkpoint signal and its grace period, then requeues and resumes elsewhere from its last
+    step (404: no such node)."""
+    return _quarantine(rt, who, node, "drain", lambda s, now: quarantine.drain(s, node, now))
+
+
+@router.post("/nodes/{node}/uncordon")
+def uncordon(node: str, who: Admins, rt: Rt) -> NodeOut:
+    """Return a cordoned or drained node to service (404: no such node)."""
+    return _quarantine(rt, who, node, "uncordon", lambda s, now: quarantine.uncordon(s, node))
+
+
+def _quarantine(
+    rt: Runtime, who: Caller, node: str, action: str, change: Callable[[Session, float], Touched]
+) -> NodeOut:
+    """Apply ``change`` under the scheduler's lock, audit it, then wake the loop (a full
+    pass: the fleet the scheduler may use changed) and the nodes and jobs it touched."""
+    now = rt.clock()
+    with rt.scheduler.lock, rt.db.session() as s:
+        try:
+            touched = change(s, now)
+        except quarantine.UnknownNode:
+            raise ApiError(
+                404, f"no node {node}. To fix: check the name with `bolt nodes`"
+            ) from None
+        audit(s, who, action, node, now)
+        s.flush()
+        row = s.get(NodeRow, node)
+        assert row is not None
+        [out] = _rows_out(s, who, [row])
+    rt.scheduler.announce(touched)
+    rt.scheduler.wake()
+    return out
 
 
 @router.get("/fleet")

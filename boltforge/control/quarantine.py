@@ -1,0 +1,87 @@
+"""Taking a node out of service and back: cordon, drain, uncordon.
+
+A **cordoned** node keeps what it runs but gets no new work (the scheduling pass treats it
+like a node it may not use). **Draining** cordons it and moves its work off at the next
+checkpoint: every job with a replica there is preempted the way the scheduler preempts (the
+checkpoint signal, its grace period, then requeued to resume elsewhere from its last step).
+**Uncordon** returns the node to service. Every function changes the store only; the caller
+commits, then wakes what ``Touched`` names.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from boltforge.control.actuate import Touched, finish_stop
+from boltforge.control.lifecycle import HOLDING, transition
+from boltforge.control.models import JobRow, NodeRow, ReplicaRow
+
+HELD = ("waiting", "starting", "running", "stopping")
+
+
+class UnknownNode(Exception):
+    """No node of that name has registered."""
+
+
+def cordon(s: Session, name: str) -> Touched:
+    """Give node ``name`` no new work; what runs there keeps running."""
+    node = _node(s, name)
+    node.cordoned = True
+    return Touched(nodes={name})
+
+
+def uncordon(s: Session, name: str) -> Touched:
+    """Return node ``name`` to service."""
+    node = _node(s, name)
+    node.cordoned = False
+    return Touched(nodes={name})
+
+
+def drain(s: Session, name: str, now: float) -> Touched:
+    """Cordon node ``name`` and preempt every job holding GPUs there: its replicas (on every
+    node of the gang) get the checkpoint signal, and the job requeues once they exited. A job
+    already leaving (preempting, cancelled) is left to finish leaving."""
+    touched = cordon(s, name)
+    here = select(ReplicaRow.job_id).where(ReplicaRow.node == name, ReplicaRow.state.in_(HELD))
+    for job_id in sorted(set(s.scalars(here))):
+        job = s.get(JobRow, job_id)
+        if job is not None and job.state in HOLDING:
+            touched |= _preempt(s, job, name, now)
+    return touched
+
+
+def _preempt(s: Session, job: JobRow, node: str, now: float) -> Touched:
+    reps = list(
+        s.scalars(
+            select(ReplicaRow).where(
+                ReplicaRow.job_id == job.id,
+                ReplicaRow.epoch == job.epoch,
+                ReplicaRow.state.in_(HELD),
+            )
+        )
+    )
+    grace = max((float(r.spec.get("grace_s", 30)) for r in reps), default=0.0)
+    message = f"node {node} is draining: checkpointing (grace {grace:.0f} s), then requeued"
+    transition(s, job, "preempting", now, message, "drained", {"node": node})
+    job.preemptions += 1
+    job.last_preempted_at = now
+    touched = Touched(jobs={job.id})
+    for r in reps:
+        if r.state == "waiting":
+            r.state, r.exited_at = "exited", now
+        elif r.state != "stopping":
+            r.state, r.stop_requested_at = "stopping", now
+            touched.nodes.add(r.node)
+    for name in touched.nodes:
+        _node(s, name).desired_version += 1
+    if not any(r.state == "stopping" for r in reps):
+        finish_stop(s, job, now, "requeued", "requeued (it had not started)")
+    return touched
+
+
+def _node(s: Session, name: str) -> NodeRow:
+    node = s.get(NodeRow, name)
+    if node is None:
+        raise UnknownNode(name)
+    return node
