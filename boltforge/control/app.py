@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from boltforge import __version__
+from boltforge.control import metrics
 from boltforge.control.api import admin, agents, errors, jobs, nodes
 from boltforge.control.api.methods import AllowHeader
 from boltforge.control.runtime import Runtime, ServerConfig
@@ -47,6 +48,7 @@ def create_app(config: ServerConfig, clock: Callable[[], float] = time.time) -> 
     app.add_middleware(AllowHeader, app=app)
     for module in (jobs, agents, nodes, admin):
         app.include_router(module.router)
+    metrics.install(app, rt)  # GET /metrics: unauthenticated, aggregates only
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

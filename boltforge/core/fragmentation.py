@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from boltforge.core.state import FleetState
+from boltforge.core.topology import BoolArray
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,3 +48,16 @@ def measure(state: FleetState) -> Fragmentation:
         largest_free_rack=int(rack_free.max()),
         largest_free_pod=int(pod_free.max()),
     )
+
+
+def index_over(state: FleetState, hosts: BoolArray) -> float:
+    """``Fragmentation.index`` counted over the hosts ``hosts`` selects only (one pool's,
+    say): the share of their free GPUs that sit on partly used or cordoned hosts. 0 when
+    they have no free GPU. ``index_over(state, all hosts)`` equals ``measure(state).index``."""
+    per_host = state.free_gpus_per_host()
+    free = int(per_host[hosts].sum())
+    if free == 0:
+        return 0.0
+    tree = state.tree
+    whole = hosts & (tree.host_gpus > 0) & (per_host == tree.host_gpus) & ~state.cordoned
+    return 1.0 - float(per_host[whole].sum()) / free
