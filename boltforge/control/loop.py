@@ -41,7 +41,7 @@ log = logging.getLogger("boltforge.loop")
 MAX_INCREMENTAL = 512
 USAGE_REFRESH_S = 5.0
 VERDICT_S = 1.0
-GATHER_S = 0.05
+GATHER_S = 0.02
 
 
 @dataclass
