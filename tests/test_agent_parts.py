@@ -124,6 +124,14 @@ def test_plan_starts_the_new_stops_the_absent_and_never_reruns_an_epoch() -> Non
     assert [s.replica for s in plan([spec("a"), spec("a")], {}, set()).start] == ["a"]
 
 
+def test_a_replica_waits_for_its_gpus_while_a_local_process_still_holds_them() -> None:
+    new = ReplicaSpec.model_validate(
+        {"replica": "new", "job": "k", "epoch": 1, "action": "run", "gpus": [2, 3]}
+    )
+    assert plan([new], live={"old": 1}, finished=set(), busy={3, 4}).start == []
+    assert [s.replica for s in plan([new], live={}, finished=set(), busy={4}).start] == ["new"]
+
+
 def test_a_stop_for_a_replica_never_run_here_is_skipped_once() -> None:
     stop = spec("late", action="stop")
     assert [s.replica for s in plan([stop], live={}, finished=set()).skip] == ["late"]

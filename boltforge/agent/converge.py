@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
 
 from boltforge.wire.agent import ReplicaSpec
@@ -23,9 +23,12 @@ def plan(
     desired: Iterable[ReplicaSpec],
     live: Mapping[str, int],
     finished: set[tuple[str, int]],
+    busy: Set[int] = frozenset(),
 ) -> Plan:
     """Compare the desired replicas with ``live`` (replica name -> epoch of the process the
     agent has) and ``finished`` (``(replica, epoch)`` pairs already run to exit or failed).
+    ``busy``: the GPUs the node's live processes still hold; a replica needing any of them
+    starts on a later call, once they were freed (a GPU never runs two processes).
 
     - ``run`` at the live epoch: nothing. At another epoch: stop the live one first; the new
       one starts on a later call, once the old has exited. Never started, and not finished
@@ -52,7 +55,8 @@ def plan(
             if epoch != spec.epoch:
                 out.stop[spec.replica] = None
         elif (spec.replica, spec.epoch) not in finished and spec.replica not in starting:
-            out.start.append(spec)
+            if busy.isdisjoint(spec.gpus):
+                out.start.append(spec)
             starting.add(spec.replica)
     for name in live:
         if name not in named:

@@ -41,3 +41,9 @@ class LeaseClock:
     def expired(self, now: float) -> bool:
         """True once no renewal has been answered for ``lease_s`` (never before the first)."""
         return self.renewed_at is not None and now - self.renewed_at > self.lease_s
+
+    def overdue(self, now: float) -> float:
+        """Seconds since the lease ran out (0 while it holds, or before the first renewal)."""
+        if self.renewed_at is None:
+            return 0.0
+        return max(0.0, now - self.renewed_at - self.lease_s)

@@ -41,6 +41,7 @@ log = logging.getLogger("boltforge.agent")
 
 EXIT_OK = 0
 EXIT_REFUSED = 2
+FENCE_LATE_S = 1.0
 
 
 class Agent:
@@ -164,7 +165,7 @@ class Agent:
     async def _heartbeat(self, session: Session) -> bool:
         """Renew the lease once. False when the session is gone (register again now)."""
         running = self.runtime.statuses() + self.outbox.unreported_exits()
-        body = Heartbeat(session=session.id, running=running)
+        body = Heartbeat(session=session.id, running=running, leaving=self._closing)
         sent = time.monotonic()
         try:
             lease = await self.client.heartbeat(session.node, body, max(session.heartbeat_s, 1.0))
@@ -226,7 +227,12 @@ class Agent:
         async with self._converging:
             if self.desired is None:
                 return
-            todo = plan(self.desired, self.runtime.epochs(), self.runtime.finished)
+            todo = plan(
+                self.desired,
+                self.runtime.epochs(),
+                self.runtime.finished,
+                self.runtime.busy_gpus(),
+            )
             for name, grace in todo.stop.items():
                 self.runtime.stop(name, grace)
             for spec in todo.skip:
@@ -236,25 +242,31 @@ class Agent:
                     return
                 await self.runtime.start(spec)
                 if self._fenced:  # the lease ran out while it was starting
-                    self.runtime.stop(spec.replica)
+                    self.runtime.stop(spec.replica, by_node=True)
 
     # 4. monitoring and fencing
 
     async def _monitor(self) -> None:
         while True:
             self.runtime.collect()
-            if not self._fenced and self.lease.expired(time.monotonic()):
-                self._fence()
+            now = time.monotonic()
+            if not self._fenced and self.lease.expired(now):
+                self._fence(late=self.lease.overdue(now) > FENCE_LATE_S)
             await asyncio.sleep(self.tick_s)
 
-    def _fence(self) -> None:
+    def _fence(self, late: bool) -> None:
+        """Stop every replica: the server may have given their GPUs to another job. Noticed
+        ``late`` (the agent itself was not running when the lease ran out), the server has
+        restarted their jobs elsewhere, so they are killed with no checkpoint (it would
+        overwrite the newer one); else they get the checkpoint signal and their grace."""
         log.warning(
-            "no heartbeat answered for %.1fs: stopping %d replica(s), registering again",
+            "no heartbeat answered for %.1fs: %s %d replica(s), registering again",
             self.lease.lease_s,
+            "killing" if late else "stopping",
             len(self.runtime.live),
         )
         self._fenced = True
-        self.runtime.stop_all()
+        self.runtime.stop_all(0 if late else None)
         if self.session is not None:
             self._lose(self.session)
 

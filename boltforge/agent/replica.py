@@ -20,6 +20,7 @@ class Replica:
     """A replica from launch until its output has all been read.
 
     ``term_at`` is when the agent sent the checkpoint signal (None until it is asked to stop);
+    ``by_node`` is True when the agent stopped it on its own rather than at the server's word;
     ``done`` is set once the process has exited and been reaped. Log chunks are numbered from
     0 in the order the output was written.
     """
@@ -32,6 +33,7 @@ class Replica:
         self.process: asyncio.subprocess.Process | None = None
         self.seq = 0
         self.term_at: float | None = None
+        self.by_node = False
         self.done = asyncio.Event()
 
     @property

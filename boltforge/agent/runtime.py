@@ -88,12 +88,22 @@ class Runtime:
         log.info("replica %s (epoch %d) %s", spec.replica, spec.epoch, detail)
         self.outbox.add_event(replica.event("exited", time.time(), detail=detail))
 
-    def stop(self, name: str, grace_s: float | None = None) -> None:
+    def stop(self, name: str, grace_s: float | None = None, by_node: bool = False) -> None:
         """Send the checkpoint signal (SIGTERM) to the replica's process group, then SIGKILL
-        after ``grace_s`` (default: its spec's) if it is still there. Stopping a replica that
-        is already stopping, or not live, does nothing."""
+        after ``grace_s`` (default: its spec's) if it is still there; a grace of 0 kills it at
+        once, with no checkpoint. ``by_node``: the agent stops it on its own (its exit is
+        reported so). Stopping a replica that is already stopping (unless to kill it now), or
+        not live, does nothing."""
         replica = self.live.get(name)
-        if replica is None or replica.term_at is not None or replica.pid is None:
+        if replica is None or replica.pid is None:
+            return
+        if replica.term_at is not None and grace_s != 0:
+            return
+        replica.by_node = replica.by_node or by_node
+        if grace_s == 0:
+            replica.term_at = replica.term_at or time.monotonic()
+            log.info("killing replica %s (SIGKILL, no grace)", name)
+            signal_group(replica.pid, signal.SIGKILL)
             return
         grace = replica.spec.grace_s if grace_s is None else grace_s
         replica.term_at = time.monotonic()
@@ -101,9 +111,14 @@ class Runtime:
         signal_group(replica.pid, signal.SIGTERM)
         self._spawn(self._kill_after(replica, grace))
 
-    def stop_all(self) -> None:
+    def stop_all(self, grace_s: float | None = None) -> None:
+        """Stop every live replica on the agent's own account (``by_node``)."""
         for name in list(self.live):
-            self.stop(name)
+            self.stop(name, grace_s, by_node=True)
+
+    def busy_gpus(self) -> set[int]:
+        """The GPUs held by this node's live processes (running or still stopping)."""
+        return {g for r in self.live.values() for g in r.spec.gpus}
 
     async def wait_all(self, timeout_s: float) -> None:
         """Wait until every live replica has exited; SIGKILL what is left after ``timeout_s``."""
@@ -149,6 +164,7 @@ class Runtime:
             exit_code=exit_code,
             signal=sig,
             checkpoint_s=held,
+            by_node=replica.by_node,
         )
         self.outbox.add_event(event)
         log.info("replica %s exited (code %s, signal %s)", replica.name, exit_code, sig)

@@ -1,9 +1,11 @@
 """The server's side of the agent protocol: registration, leases, desired state, and what
 happens to a node's replicas when its lease runs out.
 
-A node is ``ready`` while it heartbeats, ``suspect`` once ``suspect_s`` pass without one (it
-keeps its jobs, gets no new ones), and ``dead`` when its lease expires: its replicas are lost
-and their jobs requeue from their last checkpoint. A node that comes back registers again.
+A node is ``ready`` while it heartbeats, ``suspect`` once ``suspect_s`` pass without one, or
+while its agent shuts down, or once it stopped a replica on its own (it keeps its jobs, gets
+no new ones, until a heartbeat says it is well), and ``dead`` when its lease expires: its
+replicas are lost and their jobs requeue from their last checkpoint. A node that comes back
+registers again.
 """
 
 from __future__ import annotations
@@ -72,11 +74,12 @@ def register(s: Session, reg: Registration, terms: LeaseTerms, now: float) -> tu
 def heartbeat(
     s: Session, name: str, hb: Heartbeat, terms: LeaseTerms, now: float
 ) -> tuple[Lease, Touched]:
-    """Renew a node's lease; raise ``SessionMismatch`` when the session is not current."""
+    """Renew a node's lease; raise ``SessionMismatch`` when the session is not current. A
+    leaving node stays ``suspect``: it keeps its jobs while they stop, and gets no new ones."""
     node = current(s, name, hb.session)
     was = node.state
     node.last_heartbeat, node.lease_expires_at = now, now + terms.lease_s
-    node.state, node.health = "ready", dict(hb.health)
+    node.state, node.health = "suspect" if hb.leaving else "ready", dict(hb.health)
     stop, touched = reconcile(s, node, hb.running, now, forget_missing=False)
     if was != "ready":
         touched.nodes.add(name)
@@ -159,6 +162,14 @@ def lose(s: Session, reps: list[ReplicaRow], now: float, why: str) -> Touched:
                 "lost",
             )
     return touched
+
+
+def extend_leases(s: Session, terms: LeaseTerms, now: float) -> None:
+    """Give every live node a full lease from ``now``: a server that starts (or restarts)
+    has heard no heartbeat yet, and must not take the time it was down for the nodes'
+    silence. A node that stays silent a whole lease from now is dead as usual."""
+    for node in s.scalars(select(NodeRow).where(NodeRow.state.in_(("ready", "suspect")))):
+        node.lease_expires_at = max(node.lease_expires_at or now, now + terms.lease_s)
 
 
 def expire(s: Session, terms: LeaseTerms, now: float) -> Touched:

@@ -1,7 +1,11 @@
 """What agents report about replicas, applied to the store: starts, exits, logs, progress.
 
-A report for a replica the server does not know, or for an epoch it has moved past, is
-refused: a node that was cut off cannot change a job that has since been placed elsewhere.
+A report for a replica the server does not know, for an epoch it has moved past, or for a
+replica it wrote off as lost with its node, is refused: a node that was cut off cannot change
+a job that has since been placed elsewhere. The exit of a replica of an older epoch (one
+still leaving after its job was requeued) only frees its GPUs. A replica the node stopped on
+its own (``by_node``: its lease ran out, or its agent shut down) did not finish its job: the
+job requeues and resumes from its last checkpoint.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ def apply_events(
     touched = Touched()
     for ev in events:
         rep = s.get(ReplicaRow, ev.replica)
-        if rep is None or rep.node != node.name or rep.epoch != ev.epoch or rep.job_id != ev.job:
+        if _stale(rep, node, ev.epoch) or rep is None or rep.job_id != ev.job:
             refused.append(ev.replica)
             continue
         job = s.get(JobRow, rep.job_id)
@@ -39,6 +43,11 @@ def apply_events(
         elif rep.state != "exited":
             touched |= _ended(s, job, rep, ev)
     return refused, touched
+
+
+def _stale(rep: ReplicaRow | None, node: NodeRow, epoch: int) -> bool:
+    """Whether a report item about ``rep`` at ``epoch`` from ``node`` is to be refused."""
+    return rep is None or rep.node != node.name or rep.epoch != epoch or rep.state == "lost"
 
 
 def _started(s: Session, job: JobRow, rep: ReplicaRow, ev: ReplicaEvent) -> None:
@@ -69,10 +78,12 @@ def _ended(s: Session, job: JobRow, rep: ReplicaRow, ev: ReplicaEvent) -> Touche
     ran = ev.exit_code is not None or ev.signal is not None
     if ev.kind == "exited" and ran and rep.started_at is None:
         rep.started_at = rep.dispatched_at or ev.at  # it ran, though its start was not heard
+    touched = Touched()
+    if rep.epoch != job.epoch:
+        return touched  # a replica of an allocation the job has left: its GPUs are free now
     _maybe_running(s, job, ev.at)
     reps = _epoch(s, job)
     alive = [r for r in reps if r.state not in ("exited", "lost")]
-    touched = Touched()
     if job.state == "preempting":
         if not alive:
             took = max((r.checkpoint_s or 0.0) for r in reps)
@@ -84,6 +95,8 @@ def _ended(s: Session, job: JobRow, rep: ReplicaRow, ev: ReplicaEvent) -> Touche
         if not alive:
             close_run(s, job, ev.at)
         return touched
+    if ev.by_node:
+        return _requeue(s, job, rep, alive, ev.at)
     failed = ev.kind == "failed" or (ev.exit_code or 0) != 0 or ev.signal is not None
     if failed:
         touched |= _stop_rest(s, alive)
@@ -95,6 +108,23 @@ def _ended(s: Session, job: JobRow, rep: ReplicaRow, ev: ReplicaEvent) -> Touche
         close_run(s, job, ev.at)
         job.exit_code = 0
         transition(s, job, "succeeded", ev.at, "succeeded: every replica exited 0")
+    return touched
+
+
+def _requeue(
+    s: Session, job: JobRow, rep: ReplicaRow, alive: list[ReplicaRow], at: float
+) -> Touched:
+    """Node ``rep.node`` stopped ``rep`` on its own: stop the rest of the gang and requeue
+    the job to resume from its last checkpoint. The node is suspect (no new work) until its
+    next heartbeat: it may be going away."""
+    node = s.get(NodeRow, rep.node)
+    if node is not None and node.state == "ready":
+        node.state = "suspect"
+    touched = _stop_rest(s, alive)
+    close_run(s, job, at)
+    job.restarts += 1
+    why = f"node {rep.node} stopped replica {rep.rank} on its own (lease lost or shutting down)"
+    transition(s, job, "requeued", at, f"requeued: {why}; resumes from its last checkpoint", "lost")
     return touched
 
 
@@ -128,7 +158,7 @@ def apply_logs(s: Session, node: NodeRow, chunks: Iterable[LogChunk], at: float)
     refused = []
     for c in chunks:
         rep = s.get(ReplicaRow, c.replica)
-        if rep is None or rep.node != node.name or rep.epoch != c.epoch:
+        if _stale(rep, node, c.epoch) or rep is None:
             refused.append(c.replica)
             continue
         if c.seq <= rep.log_seq:
@@ -140,15 +170,15 @@ def apply_logs(s: Session, node: NodeRow, chunks: Iterable[LogChunk], at: float)
 
 def apply_progress(s: Session, node: NodeRow, reports: Iterable[Progress]) -> list[str]:
     """Record each rank's latest step and recent step times; a checkpoint moves the job's
-    last checkpoint (what preemption prices lost work from)."""
+    last checkpoint (what preemption prices lost work from). Progress of an epoch the job
+    has left is refused."""
     refused = []
     for p in reports:
         rep = s.get(ReplicaRow, p.replica)
-        if rep is None or rep.node != node.name or rep.epoch != p.epoch:
+        job = s.get(JobRow, rep.job_id) if rep is not None else None
+        if _stale(rep, node, p.epoch) or job is None or job.epoch != p.epoch:
             refused.append(p.replica)
             continue
-        job = s.get(JobRow, rep.job_id)
-        assert job is not None
         _rank(s, job, node.name, p)
         job.last_step = max(job.last_step or 0, p.step)
         if p.checkpoint:

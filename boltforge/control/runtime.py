@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 
 from boltforge.control.actuate import Settings
-from boltforge.control.agents import LeaseTerms
+from boltforge.control.agents import LeaseTerms, extend_leases
 from boltforge.control.auth import Caller, create_token, digest
 from boltforge.control.db import Database
 from boltforge.control.fleet import Fleet
@@ -64,9 +64,11 @@ class Runtime:
         self._fleet: Fleet | None = None
 
     def start(self) -> None:
-        """Migrate the store and store the bootstrap tokens."""
+        """Migrate the store, store the bootstrap tokens, and give every live node a full
+        lease (the agents have had no server to heartbeat to)."""
         self.db.migrate()
         with self.db.session() as s:
+            extend_leases(s, self.config.terms, self.clock())
             for token, name, role in (
                 (self.config.admin_token, "admin", "admin"),
                 (self.config.agent_token, "agents", "agent"),

@@ -31,7 +31,8 @@ from boltforge.spec.resolve import to_gang
 from boltforge.wire.agent import Inventory
 
 ACTIVE = ("waiting", "starting", "running", "stopping")
-USABLE_NODES = ("ready", "suspect")
+USABLE_NODES = ("ready", "suspect")  # live: they hold their jobs
+PLACEABLE_NODES = ("ready",)  # suspect nodes keep their jobs but get no new ones
 
 
 @dataclass
@@ -92,7 +93,7 @@ def load_world(
     fleet, nodes = load_fleet(s, caches)
     state = FleetState(fleet.tree)
     for name, node in nodes.items():
-        if node.state not in USABLE_NODES or node.cordoned:
+        if node.state not in PLACEABLE_NODES or node.cordoned:
             state.cordoned[fleet.index[name]] = True
     replicas = select(ReplicaRow).options(defer(ReplicaRow.spec))
     active = list(s.scalars(replicas.where(ReplicaRow.state.in_(ACTIVE))))

@@ -1,8 +1,10 @@
 """Real control-plane processes for tests, benchmarks and soak runs: a ``bolt server`` and
-``bolt agent``s standing in for GPU hosts, on loopback, each in its own process group."""
+``bolt agent``s standing in for GPU hosts, on loopback, each in its own process group; and the
+faults to inject into them: a host that dies or hangs, a server that crashes and restarts."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -14,6 +16,7 @@ from pathlib import Path
 import httpx
 import yaml
 
+from boltforge.client import Client
 from boltforge.testing.postgres import free_port
 
 BIN = Path(sys.executable).parent
@@ -65,6 +68,22 @@ def spawn(cmd: list[str], log: Path, env: dict[str, str], cwd: Path | None = Non
     )
     out.close()
     return Proc(popen, log)
+
+
+def replica_pids(node: str) -> list[int]:
+    """The processes whose environment says they are replicas on ``node``."""
+    marker = f"BOLT_NODE={node}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker in env:
+            found.append(int(entry.name))
+    return found
 
 
 @dataclass
@@ -173,8 +192,49 @@ class LocalCluster:
             time.sleep(0.1)
         raise TimeoutError(f"{count} nodes not ready in {timeout} s")
 
+    def client(self) -> Client:
+        """An admin client for the server."""
+        return Client(self.url, self.admin_token)
+
+    def kill_server(self) -> None:
+        """Crash the server: SIGKILL, no shutdown of any kind."""
+        assert self.server is not None
+        self.server.signal(signal.SIGKILL)
+        self.server.popen.wait(10)
+
+    def restart_server(self, timeout: float = 60.0) -> None:
+        """Start the server again on the same store and port, and wait until it answers."""
+        self.start_server()
+        self.wait_healthy(timeout)
+
+    def host_pids(self, name: str) -> list[int]:
+        """Every process of host ``name``: its agent, and the replicas it runs (found by the
+        ``BOLT_NODE`` their environment carries; Linux ``/proc``)."""
+        agent = self.agents[name]
+        pids = [agent.popen.pid] if agent.alive() else []
+        return pids + replica_pids(name)
+
+    def kill_host(self, name: str) -> None:
+        """The host dies: its agent and every replica on it get SIGKILL at once."""
+        self._signal_host(name, signal.SIGKILL)
+        self.agents[name].popen.wait(10)
+
+    def freeze_host(self, name: str) -> None:
+        """The host hangs (SIGSTOP to its agent and replicas): it neither runs nor answers."""
+        self._signal_host(name, signal.SIGSTOP)
+
+    def thaw_host(self, name: str) -> None:
+        """The hung host resumes where it was (SIGCONT)."""
+        self._signal_host(name, signal.SIGCONT)
+
+    def _signal_host(self, name: str, sig: int) -> None:
+        for pid in self.host_pids(name):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, sig)
+
     def stop(self) -> None:
         for proc in self.agents.values():
+            proc.signal(signal.SIGCONT)
             proc.stop()
         if self.server is not None:
             self.server.stop()

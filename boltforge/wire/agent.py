@@ -76,11 +76,14 @@ class Lease(_Wire):
 
 class Heartbeat(_Wire):
     """``POST /v1/agents/{node}/heartbeat``: renew the lease, say what runs, and how the node
-    feels (``health``: free-form facts such as a failed preflight check)."""
+    feels (``health``: free-form facts such as a failed preflight check). ``leaving``: the
+    agent is shutting down; the node keeps its lease while its replicas stop, but is to get
+    no new work (it stays ``suspect``)."""
 
     session: str
     running: list[ReplicaStatus] = []
     health: dict[str, str] = {}
+    leaving: bool = False
 
 
 class ReplicaSpec(_Wire):
@@ -113,7 +116,9 @@ class DesiredState(_Wire):
 class ReplicaEvent(_Wire):
     """Something that happened to a replica. ``started``: the process is up (``pid``).
     ``exited``: it ended (``exit_code``, or ``signal`` when killed); ``checkpoint_s`` is how
-    long it took to exit after the checkpoint signal. ``failed``: it could not be started."""
+    long it took to exit after the checkpoint signal. ``failed``: it could not be started.
+    ``by_node``: the agent stopped it on its own (its lease ran out, or the agent is shutting
+    down), not because the server asked: the job did not finish, and is to run again."""
 
     replica: str
     job: str
@@ -125,6 +130,7 @@ class ReplicaEvent(_Wire):
     signal: int | None = None
     checkpoint_s: float | None = None
     detail: str = ""
+    by_node: bool = False
 
 
 class LogChunk(_Wire):
