@@ -88,14 +88,11 @@ def test_the_exit_of_a_replica_written_off_with_its_node_is_refused(fleet: Fleet
     assert (after.state, after.epoch, after.restarts) == ("running", 2, 1)
 
 
-def test_a_restarted_server_gives_every_node_a_full_lease(tmp_path: Path, fleet: Fleet) -> None:
-    fleet.clock.advance(14.0)  # the server was down for most of the nodes' lease
+def test_a_restarted_server_gives_every_node_a_full_lease(fleet: Fleet) -> None:
+    fleet.clock.advance(14.0)  # the server was down for most of the nodes' 15 s lease
     again = create_app(fleet.config, fleet.clock)
-    with TestClient(again):
-        fleet.clock.advance(5.0)
-        rt = again.state.runtime
-        rt.scheduler.pass_once()
-        states = [
-            n["state"] for n in TestClient(again).get("/v1/nodes", headers=ADMIN).json()["nodes"]
-        ]
-    assert "dead" not in states
+    with TestClient(again) as http:
+        fleet.clock.advance(5.0)  # past the old lease; well inside the one given at start
+        again.state.runtime.scheduler.pass_once()
+        nodes = http.get("/v1/nodes", headers=ADMIN).json()["nodes"]
+    assert {n["state"] for n in nodes} <= {"ready", "suspect"}
