@@ -56,6 +56,18 @@ BAD_JOBS = [
         id="an elastic range upside down",
     ),
     pytest.param({"name": "j", "team": "t"}, "job", "asks for nothing", id="a job asking nothing"),
+    pytest.param(
+        {"name": "j", "team": "t", "gpus": 8, "health": {"progress_timeout": "soon"}},
+        "job.health.progress_timeout",
+        "'40m'",
+        id="a progress timeout that is not a duration",
+    ),
+    pytest.param(
+        {"name": "j", "team": "t", "gpus": 8, "health": {"timeout": "10m"}},
+        "job.health.timeout",
+        "not a known field",
+        id="a misspelt health setting",
+    ),
 ]
 
 

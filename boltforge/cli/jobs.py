@@ -118,7 +118,10 @@ def explanation(d: JobDetail) -> list[str]:
     if d.state in TERMINAL:
         last = d.events[-1].message if d.events else d.state
         return [last, *(f"last placement: {x}" for x in d.explanation[:1])]
-    return list(d.explanation) or ["no placement explanation recorded"]
+    found = [
+        e.message for e in d.events if e.kind == "straggler" and e.data.get("epoch") == d.epoch
+    ]
+    return [*(list(d.explanation) or ["no placement explanation recorded"]), *found]
 
 
 def cancel_command(job: JobArg, server: ServerOpt = None, token: TokenOpt = None) -> None:

@@ -16,8 +16,10 @@ from boltforge.control.auth import new_token
 from boltforge.control.db import Database, default_url
 from boltforge.control.models import TokenRow
 from boltforge.control.runtime import ServerConfig
+from boltforge.core.health import HealthRules, StragglerAction
 from boltforge.core.policy import POLICIES
 from boltforge.core.victims import PreemptRules
+from boltforge.spec import units
 
 
 def server_command(
@@ -51,6 +53,28 @@ def server_command(
     ] = 0.05,
     heartbeat: Annotated[float, typer.Option(help="Seconds between agent heartbeats.")] = 2.0,
     lease: Annotated[float, typer.Option(help="Seconds of silence before a node is dead.")] = 15.0,
+    straggler_action: Annotated[
+        StragglerAction,
+        typer.Option(
+            help="What to do about a rank that straggles behind its peers: report it in the "
+            "job's events, or also cordon its host and move the job off at its checkpoint."
+        ),
+    ] = StragglerAction.REPORT,
+    straggler_ratio: Annotated[
+        float,
+        typer.Option(min=1.0, help="How many times its peers' median step time a rank must take."),
+    ] = 1.5,
+    straggler_samples: Annotated[
+        int, typer.Option(min=2, help="Step times a rank must have reported to be judged.")
+    ] = 10,
+    progress_timeout: Annotated[
+        str,
+        typer.Option(
+            help="Fail a running job that reported progress in its current allocation and then "
+            "none for this long (e.g. 30m; 0 turns it off). A job's health.progress_timeout "
+            "overrides it."
+        ),
+    ] = "30m",
 ) -> None:
     """Run the control plane: the HTTP API, the store and the scheduling loop.
 
@@ -64,6 +88,7 @@ def server_command(
     if policy not in POLICIES:
         errors.print(f"[bold red]error[/] --policy {policy!r}: known: {', '.join(POLICIES)}")
         raise typer.Exit(2)
+    health = _health(straggler_action, straggler_ratio, straggler_samples, progress_timeout)
     url = db or default_url()
     home = Path(user_data_dir("boltforge"))
     admin_token = admin_token or _first_admin_token(url, home)
@@ -73,11 +98,28 @@ def server_command(
         policy=policy,
         preempt=PreemptRules(min_runtime_s=min_runtime, cooldown_s=cooldown, churn_fraction=churn),
         terms=LeaseTerms(heartbeat, max(3 * heartbeat, lease / 2), lease),
+        health=health,
         admin_token=admin_token,
         agent_token=agent_token,
     )
     app = create_app(config)
     uvicorn.run(app, host=host, port=port, log_level="warning", loop="uvloop", http="httptools")
+
+
+def _health(action: StragglerAction, ratio: float, samples: int, timeout: str) -> HealthRules:
+    """The health rules from the command line; exits 2 naming the option when one is bad."""
+    try:
+        seconds = units.seconds(timeout)
+    except ValueError as e:
+        errors.print(f"[bold red]error[/] --progress-timeout {timeout!r}: {e}. To fix: e.g. 30m")
+        raise typer.Exit(2) from None
+    return HealthRules(
+        straggler_action=action,
+        straggler_ratio=ratio,
+        min_samples=samples,
+        window=max(20, samples),
+        progress_timeout_s=seconds or None,
+    )
 
 
 def _first_admin_token(url: str, home: Path) -> str | None:

@@ -4,6 +4,8 @@ Submissions, exits, cancellations and node changes wake the loop; a timer also w
 leases, and a full pass every ``full_every_s``). Each pass, under the store lock:
 
     # 1. leases    nodes that went silent become suspect, then dead (their work requeues)
+    #    health    every few seconds: stragglers recorded (their hosts cordoned, by policy),
+    #              jobs making no progress past their timeout reclaimed (control/health.py)
     # 2. world     read the fleet, the holders of every GPU and the waiting jobs
     # 3. decide    the core cycle: one incremental pass per new arrival when nothing else
     #              happened since the last full pass, else a full pass
@@ -28,10 +30,12 @@ from boltforge.control.actuate import Settings, Touched, apply
 from boltforge.control.agents import LeaseTerms, expire
 from boltforge.control.db import Database
 from boltforge.control.dispatch import dispatch
+from boltforge.control.health import HealthCheck
 from boltforge.control.notify import Notifier
 from boltforge.control.world import Caches, World, load_world, usage
 from boltforge.core.cycle import run_cycle, schedule_arrival
 from boltforge.core.decisions import CycleResult, Reserve, Waiting, WaitReason
+from boltforge.core.health import HealthRules
 from boltforge.core.modes import shape_of
 from boltforge.core.policy import Policy
 from boltforge.core.state import Allocation
@@ -71,11 +75,13 @@ class Scheduler:
         clock: Callable[[], float] = time.time,
         tick_s: float = 1.0,
         full_every_s: float = 10.0,
+        health: HealthRules | None = None,
     ) -> None:
         self.db, self.policy, self.notifier = db, policy, notifier
         self.settings, self.terms, self.clock = settings, terms, clock
         self.tick_s, self.full_every_s = tick_s, full_every_s
         self.lock = threading.RLock()
+        self.health = HealthCheck(health or HealthRules())
         self.stats = LoopStats()
         self.caches = Caches()
         self.reservations: tuple[Reserve, ...] = ()
@@ -150,10 +156,13 @@ class Scheduler:
         with self.lock, self.db.session() as s:
             now = self.clock()
             expired = expire(s, self.terms, now)  # 1. leases
+            healed = self.health.run(s, now)
             touched |= expired
+            touched |= healed
             full = (
                 other
                 or bool(expired.nodes)
+                or bool(healed.nodes)
                 or len(arrivals) > MAX_INCREMENTAL
                 or now - self.stats.last_full_at >= self.full_every_s
             )

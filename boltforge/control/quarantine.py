@@ -10,6 +10,8 @@ commits, then wakes what ``Touched`` names.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -47,11 +49,18 @@ def drain(s: Session, name: str, now: float) -> Touched:
     for job_id in sorted(set(s.scalars(here))):
         job = s.get(JobRow, job_id)
         if job is not None and job.state in HOLDING:
-            touched |= _preempt(s, job, name, now)
+            why = f"node {name} is draining"
+            touched |= move_off(s, job, now, why, "drained", {"node": name})
     return touched
 
 
-def _preempt(s: Session, job: JobRow, node: str, now: float) -> Touched:
+def move_off(
+    s: Session, job: JobRow, now: float, why: str, kind: str, data: dict[str, Any]
+) -> Touched:
+    """Preempt holding ``job`` to move it elsewhere, the way the scheduler preempts: every
+    replica of its current allocation gets the checkpoint signal and the job requeues once
+    they exited (at once, if none had started). ``why`` opens its timeline entry, of
+    ``kind`` with ``data``."""
     reps = list(
         s.scalars(
             select(ReplicaRow).where(
@@ -62,8 +71,8 @@ def _preempt(s: Session, job: JobRow, node: str, now: float) -> Touched:
         )
     )
     grace = max((float(r.spec.get("grace_s", 30)) for r in reps), default=0.0)
-    message = f"node {node} is draining: checkpointing (grace {grace:.0f} s), then requeued"
-    transition(s, job, "preempting", now, message, "drained", {"node": node})
+    message = f"{why}: checkpointing (grace {grace:.0f} s), then requeued"
+    transition(s, job, "preempting", now, message, kind, data)
     job.preemptions += 1
     job.last_preempted_at = now
     touched = Touched(jobs={job.id})

@@ -19,6 +19,7 @@ from boltforge.control.loop import Scheduler
 from boltforge.control.models import TokenRow
 from boltforge.control.notify import Notifier
 from boltforge.control.world import Caches, load_fleet
+from boltforge.core.health import HealthRules
 from boltforge.core.policy import named
 from boltforge.core.victims import PreemptRules
 
@@ -33,6 +34,7 @@ class ServerConfig:
     policy: str = "default"
     preempt: PreemptRules = field(default_factory=PreemptRules)
     terms: LeaseTerms = field(default_factory=LeaseTerms)
+    health: HealthRules = field(default_factory=HealthRules)
     tick_s: float = 1.0
     full_every_s: float = 10.0
     admin_token: str | None = None
@@ -56,6 +58,7 @@ class Runtime:
             clock,
             config.tick_s,
             config.full_every_s,
+            config.health,
         )
         self.intake = Intake(self.db)
         self._tokens: dict[str, Caller] = {}

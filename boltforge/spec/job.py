@@ -82,6 +82,15 @@ class Checkpoint(_Strict):
     interval: Duration | None = None
 
 
+class HealthSpec(_Strict):
+    """How the job's progress is judged. ``progress_timeout``: fail the job when no rank has
+    reported a step (``boltforge.sdk.report``) for this long, judged from the start even if
+    it never reports; 0 turns judging off. Unset: the server's ``--progress-timeout``, only
+    once the job has reported in its current allocation."""
+
+    progress_timeout: Duration | None = None
+
+
 class GpuNeed(_Strict):
     """Which GPUs a role accepts: model names (prefixes like ``A100`` match ``A100-80GB``)."""
 
@@ -150,6 +159,7 @@ class JobSpec(_Strict):
     elastic: Elastic | None = None
     preemptible: bool = True
     checkpoint: Checkpoint = Checkpoint()
+    health: HealthSpec = HealthSpec()
     deadline: datetime | None = None
     time_limit: Duration | None = None
     spot: SpotPolicy = SpotPolicy.ALLOWED

@@ -11,7 +11,11 @@ It behaves the way Boltforge expects a training job to behave:
 Rank 0 writes checkpoints; every rank reads them (the directory may be shared). The data is
 drawn from a generator seeded by the job id and the step, so a resumed run sees the same
 batches it would have seen had it never stopped. ``--step-time`` sleeps per step, standing in
-for the GPU work. Run it from the repository root: ``python examples/train/train.py``.
+for the GPU work. Two faults can be injected, for the health checks to find:
+``--slow-host NAME --slow-factor F`` makes the rank on host ``NAME`` (``BOLT_NODE``) take F
+times as long per step (a throttled GPU), and ``--hang-after N`` stops reporting and hangs
+after step N (a deadlocked collective; it ignores the checkpoint signal). Run it from the
+repository root: ``python examples/train/train.py``.
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dim", type=int, default=32, help="number of features")
     p.add_argument("--batch", type=int, default=64, help="examples per step")
     p.add_argument("--lr", type=float, default=0.05, help="learning rate")
+    p.add_argument("--slow-host", default="", help="the host (BOLT_NODE) whose rank runs slow")
+    p.add_argument("--slow-factor", type=float, default=3.0, help="how much slower it runs")
+    p.add_argument("--hang-after", type=int, default=0, help="hang after this step (0: never)")
     return p.parse_args(argv)
 
 
@@ -79,6 +86,13 @@ def save_checkpoint(directory: Path, step: int, w: np.ndarray) -> None:
     os.replace(tmp, directory / CHECKPOINT)
 
 
+def hang(step: int) -> None:
+    """Stop making progress for good, as a rank stuck in a collective does."""
+    print(f"hanging after step {step}", flush=True)
+    while True:
+        time.sleep(3600)
+
+
 def train(args: argparse.Namespace) -> int:
     seed = zlib.crc32(sdk.job_id().encode())
     w_true = true_weights(seed, args.dim)
@@ -87,6 +101,8 @@ def train(args: argparse.Namespace) -> int:
     if start:
         print(f"resumed from step {start}", flush=True)
     sdk.preempted()  # installs the SIGTERM handler before the first step
+    slow = args.slow_host and os.environ.get("BOLT_NODE") == args.slow_host
+    step_time = args.step_time * (args.slow_factor if slow else 1.0)
     for step in range(start, args.steps):
         if sdk.preempted():
             save_checkpoint(directory, step, w)
@@ -97,7 +113,7 @@ def train(args: argparse.Namespace) -> int:
         err = x @ w - y
         w = w - args.lr * (x.T @ err) / args.batch
         loss = float(np.mean(err**2))
-        time.sleep(args.step_time)
+        time.sleep(step_time)
         done = step + 1
         saved = done % args.checkpoint_every == 0
         if saved:
@@ -105,6 +121,8 @@ def train(args: argparse.Namespace) -> int:
         sdk.report(done, checkpoint=saved, loss=loss)
         if done % args.print_every == 0:
             print(f"step {done} loss {loss:.5f}", flush=True)
+        if done == args.hang_after:
+            hang(done)
     save_checkpoint(directory, args.steps, w)
     print(f"finished {args.steps} steps", flush=True)
     return 0
