@@ -4,8 +4,8 @@ happens to a node's replicas when its lease runs out.
 A node is ``ready`` while it heartbeats, ``suspect`` once ``suspect_s`` pass without one, or
 while its agent shuts down, or once it stopped a replica on its own (it keeps its jobs, gets
 no new ones, until a heartbeat says it is well), and ``dead`` when its lease expires: its
-replicas are lost and their jobs requeue from their last checkpoint. A node that comes back
-registers again.
+replicas are lost and their jobs requeue from their last checkpoint (within their restart
+budget, see ``restarts``). A node that comes back registers again.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from boltforge.control.actuate import Touched, close_run
+from boltforge.control.actuate import Touched
 from boltforge.control.fleet import check_inventory
-from boltforge.control.lifecycle import HOLDING, transition
+from boltforge.control.lifecycle import HOLDING
 from boltforge.control.models import JobRow, NodeRow, ReplicaRow
+from boltforge.control.restarts import restart_or_fail
 from boltforge.wire.agent import (
     DesiredState,
     Heartbeat,
@@ -126,8 +127,8 @@ def reconcile(
 
 
 def lose(s: Session, reps: list[ReplicaRow], now: float, why: str) -> Touched:
-    """Replicas that vanished with their node: their jobs requeue from the last checkpoint
-    (the rest of each gang is stopped)."""
+    """Replicas that vanished with their node: the rest of each gang is stopped, and each job
+    requeues from its last checkpoint, or fails once its restart budget is spent."""
     touched = Touched()
     for rep in reps:
         rep.state, rep.exited_at = "lost", now
@@ -151,16 +152,7 @@ def lose(s: Session, reps: list[ReplicaRow], now: float, why: str) -> Touched:
                     node.desired_version += 1
                     touched.nodes.add(r.node)
         if job.state in (*HOLDING, "preempting"):
-            close_run(s, job, now)
-            job.restarts += 1
-            transition(
-                s,
-                job,
-                "requeued",
-                now,
-                f"requeued: {why}; resumes from its last checkpoint",
-                "lost",
-            )
+            restart_or_fail(s, job, now, why)
     return touched
 
 

@@ -5,7 +5,7 @@ replica it wrote off as lost with its node, is refused: a node that was cut off 
 a job that has since been placed elsewhere. The exit of a replica of an older epoch (one
 still leaving after its job was requeued) only frees its GPUs. A replica the node stopped on
 its own (``by_node``: its lease ran out, or its agent shut down) did not finish its job: the
-job requeues and resumes from its last checkpoint.
+job requeues and resumes from its last checkpoint, within its restart budget.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from boltforge.control.actuate import Touched, close_run
 from boltforge.control.lifecycle import HOLDING, record, transition
 from boltforge.control.models import JobRow, LogRow, NodeRow, RankProgressRow, ReplicaRow
+from boltforge.control.restarts import restart_or_fail
 from boltforge.wire.agent import LogChunk, Progress, ReplicaEvent
 
 STEP_WINDOW = 50
@@ -115,16 +116,15 @@ def _requeue(
     s: Session, job: JobRow, rep: ReplicaRow, alive: list[ReplicaRow], at: float
 ) -> Touched:
     """Node ``rep.node`` stopped ``rep`` on its own: stop the rest of the gang and requeue
-    the job to resume from its last checkpoint. The node is suspect (no new work) until its
-    next heartbeat: it may be going away."""
+    the job to resume from its last checkpoint (or fail it once its restart budget is
+    spent). The node is suspect (no new work) until its next heartbeat: it may be going
+    away."""
     node = s.get(NodeRow, rep.node)
     if node is not None and node.state == "ready":
         node.state = "suspect"
     touched = _stop_rest(s, alive)
-    close_run(s, job, at)
-    job.restarts += 1
     why = f"node {rep.node} stopped replica {rep.rank} on its own (lease lost or shutting down)"
-    transition(s, job, "requeued", at, f"requeued: {why}; resumes from its last checkpoint", "lost")
+    restart_or_fail(s, job, at, why)
     return touched
 
 

@@ -28,6 +28,8 @@ from boltforge.spec.loader import read_yaml
 PRIORITY_CLASSES = {"serving": 0, "high": 1, "normal": 2, "interactive": 2, "low": 3, "batch": 3}
 SHORTHAND = re.compile(r"^\s*(\d+)\s*[xX]\s*([A-Za-z0-9][A-Za-z0-9_.-]*)\s*$")
 NAME = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+# Restarts after failures not of the job's making (its node died or stopped it) before it fails.
+DEFAULT_MAX_RESTARTS = 3
 
 Duration = Annotated[float, BeforeValidator(units.seconds)]
 
@@ -158,6 +160,12 @@ class JobSpec(_Strict):
     topology: TopologySpec = TopologySpec()
     elastic: Elastic | None = None
     preemptible: bool = True
+    max_restarts: int = Field(
+        DEFAULT_MAX_RESTARTS,
+        ge=0,
+        le=1000,
+        description="restarts after node failures before the job fails (preemptions are free)",
+    )
     checkpoint: Checkpoint = Checkpoint()
     health: HealthSpec = HealthSpec()
     deadline: datetime | None = None
