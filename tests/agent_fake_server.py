@@ -25,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from boltforge.agent.client import ServerClient
 from boltforge.agent.loop import Agent
+from boltforge.agent.preflight import NodeHooks
 from boltforge.wire.agent import (
     AgentReport,
     DesiredState,
@@ -226,10 +227,17 @@ class _Handler(BaseHTTPRequestHandler):
 
 class AgentThread:
     """An ``Agent`` for ``server`` running on its own event loop in a thread, with short
-    polls, ticks and backoffs so tests run fast. ``code`` is ``run()``'s exit code."""
+    polls, ticks and backoffs so tests run fast. ``code`` is ``run()``'s exit code; ``hooks``
+    the agent's prolog and epilog scripts."""
 
-    def __init__(self, server: FakeServer, work_dir: Path, token: str | None = None) -> None:
-        self.server, self.work_dir = server, work_dir
+    def __init__(
+        self,
+        server: FakeServer,
+        work_dir: Path,
+        token: str | None = None,
+        hooks: NodeHooks | None = None,
+    ) -> None:
+        self.server, self.work_dir, self.hooks = server, work_dir, hooks
         self.token = server.token if token is None else token
         self.inventory = Inventory(name="host-0", gpu="H100-80GB", gpus=8, gpu_memory_gb=80)
         self.code: int | None = None
@@ -240,7 +248,13 @@ class AgentThread:
         self.loop = asyncio.get_running_loop()
         client = ServerClient(self.server.url, self.token, timeout_s=2.0)
         self.agent = Agent(
-            client, self.inventory, self.work_dir, poll_wait_s=1.0, tick_s=0.05, max_backoff_s=0.3
+            client,
+            self.inventory,
+            self.work_dir,
+            poll_wait_s=1.0,
+            tick_s=0.05,
+            max_backoff_s=0.3,
+            hooks=self.hooks,
         )
         self._ready.set()
         self.code = await self.agent.run()

@@ -2,7 +2,10 @@
 plane assigns to it and reports what happened to them. It never decides placement.
 
 - ``inventory``: GPUs through NVML, or a declared inventory file.
-- ``processes``: a replica's environment, launch in its own process group, signals, cleanup.
+- ``processes``: a replica's environment, launch in its own process group, signals.
+- ``preflight``: the node's checks before a replica starts (NVML, prolog scripts).
+- ``hooks``: running prolog and epilog scripts with a timeout.
+- ``cleanup``: after a replica ended, its leftover processes and shared memory files.
 - ``tails``: reading what replicas append to their log and progress files.
 - ``replica``: one launched replica and what it has produced.
 - ``outbox``: reports waiting to be sent, in order and bounded in memory.

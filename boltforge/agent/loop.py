@@ -34,6 +34,7 @@ from boltforge.agent.client import (
 from boltforge.agent.converge import plan
 from boltforge.agent.lease import LeaseClock, Session
 from boltforge.agent.outbox import Batch, Outbox
+from boltforge.agent.preflight import NodeHooks, Preflight
 from boltforge.agent.runtime import Runtime
 from boltforge.wire.agent import Heartbeat, Inventory, Lease, Registration, ReplicaSpec
 
@@ -48,7 +49,8 @@ class Agent:
     """One node's agent. ``run()`` returns 0 once ``request_stop()`` was called and the
     replicas have stopped gracefully, or 2 when the server refuses the registration for good
     (bad token, invalid inventory). ``poll_wait_s`` is the long-poll wait; ``tick_s`` how
-    often output is read and the lease checked."""
+    often output is read and the lease checked; ``hooks`` the prolog and epilog scripts run
+    around each replica (see ``preflight``)."""
 
     def __init__(
         self,
@@ -59,11 +61,19 @@ class Agent:
         poll_wait_s: float = 30.0,
         tick_s: float = 0.2,
         max_backoff_s: float = 10.0,
+        hooks: NodeHooks | None = None,
     ) -> None:
         self.client, self.inventory = client, inventory
         self.poll_wait_s, self.tick_s, self.max_backoff_s = poll_wait_s, tick_s, max_backoff_s
         self.outbox = Outbox()
-        self.runtime = Runtime(work_dir, self.outbox, on_exit=self._wake_converge)
+        hooks = hooks or NodeHooks()
+        self.runtime = Runtime(
+            work_dir,
+            self.outbox,
+            on_exit=self._wake_converge,
+            preflight=Preflight(inventory, hooks),
+            hooks=hooks,
+        )
         self.session: Session | None = None
         self.lease = LeaseClock()
         self.desired: list[ReplicaSpec] | None = None

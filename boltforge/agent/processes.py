@@ -1,4 +1,4 @@
-"""Replica processes: the environment, the launch in their own process group, signals, cleanup.
+"""Replica processes: the environment, the launch in their own process group, signals.
 
 A replica runs as its command in a new session (so its process group id is its pid), with
 stdout and stderr appended together to a per-replica log file under the agent's work dir.
@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import signal
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -48,6 +47,11 @@ def replica_paths(work_dir: Path, spec: ReplicaSpec) -> ReplicaPaths:
     )
 
 
+def shm_prefix(spec: ReplicaSpec) -> str:
+    """The name prefix of the replica's own shared memory files (``BOLT_SHM_PREFIX``)."""
+    return f"bolt-{safe_name(spec.job)}-{safe_name(spec.replica)}-e{spec.epoch}-"
+
+
 def replica_env(spec: ReplicaSpec, paths: ReplicaPaths, base: Mapping[str, str]) -> dict[str, str]:
     """The replica's environment: ``base`` (the agent's own), unbuffered Python output, the
     spec's ``env`` (ranks, world size, master address), then the variables the agent owns."""
@@ -59,6 +63,7 @@ def replica_env(spec: ReplicaSpec, paths: ReplicaPaths, base: Mapping[str, str])
         BOLT_EPOCH=str(spec.epoch),
         BOLT_CHECKPOINT_DIR=str(paths.checkpoint),
         BOLT_PROGRESS_FILE=str(paths.progress),
+        BOLT_SHM_PREFIX=shm_prefix(spec),
     )
     return env
 
@@ -100,12 +105,6 @@ def signal_group(pgid: int, sig: int) -> bool:
     except PermissionError:
         return False
     return True
-
-
-def kill_orphans(pgid: int) -> bool:
-    """After a replica's main process exited: SIGKILL whatever it left in its process group
-    (background children, daemons it spawned). True when something was still there."""
-    return signal_group(pgid, signal.SIGKILL)
 
 
 def exit_fields(returncode: int) -> tuple[int | None, int | None]:

@@ -12,14 +12,17 @@ from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
+from boltforge.agent.cleanup import Cleanup, end_group, group_members, held_shm, remove_shm
+from boltforge.agent.hooks import run_scripts
 from boltforge.agent.outbox import Outbox
+from boltforge.agent.preflight import NodeHooks, Preflight
 from boltforge.agent.processes import (
     exit_fields,
-    kill_orphans,
     launch,
     prepare,
     replica_env,
     replica_paths,
+    shm_prefix,
     signal_group,
 )
 from boltforge.agent.replica import Replica
@@ -35,7 +38,8 @@ class Runtime:
     """Owns the node's replica processes. ``live`` maps replica names to the replica running
     (or stopping) under that name; ``finished`` holds every ``(replica, epoch)`` that has run
     to exit or failed to start, which is never started again. ``on_exit`` is called after each
-    exit, so the agent can start what waited for it."""
+    exit, so the agent can start what waited for it. ``preflight`` checks the node before
+    each start; ``hooks.epilogs`` run after each exit, with the cleanup (see ``_watch``)."""
 
     def __init__(
         self,
@@ -43,10 +47,14 @@ class Runtime:
         outbox: Outbox,
         on_exit: Callable[[], None],
         env: Mapping[str, str] | None = None,
+        preflight: Preflight | None = None,
+        hooks: NodeHooks | None = None,
     ) -> None:
         self.work_dir = work_dir
         self.outbox = outbox
         self.on_exit = on_exit
+        self.preflight = preflight
+        self.hooks = hooks or NodeHooks()
         base = os.environ if env is None else env
         self.env = {k: v for k, v in base.items() if k not in AGENT_SECRETS}
         self.live: dict[str, Replica] = {}
@@ -61,23 +69,41 @@ class Runtime:
         return [r.status() for r in self.live.values()]
 
     async def start(self, spec: ReplicaSpec) -> None:
-        """Launch ``spec`` and report ``started``, or report ``failed`` when it cannot start
-        (that epoch is then finished: it is not tried again)."""
+        """Run the node's preflight, then launch ``spec`` and report ``started``; or report
+        ``failed`` when the preflight fails (``preflight``, with the evidence: it is never
+        launched) or it cannot start. Either way that epoch is then finished: it is not
+        tried again here."""
         paths = replica_paths(self.work_dir, spec)
         replica = Replica(spec, paths)
+        env = replica_env(spec, paths, self.env)
         try:
             prepare(paths)
-            replica.process = await launch(spec, paths, replica_env(spec, paths, self.env))
+            if not await self._preflight(replica, env):
+                return
+            replica.process = await launch(spec, paths, env)
         except (OSError, ValueError) as e:
-            self.finished.add((spec.replica, spec.epoch))
-            detail = f"could not start: {e}"
-            log.warning("replica %s (epoch %d) %s", spec.replica, spec.epoch, detail)
-            self.outbox.add_event(replica.event("failed", time.time(), detail=detail))
+            self._not_started(replica, f"could not start: {e}")
             return
         self.live[spec.replica] = replica
         log.info("started replica %s (epoch %d) as pid %s", spec.replica, spec.epoch, replica.pid)
         self.outbox.add_event(replica.event("started", time.time(), pid=replica.pid))
         self._spawn(self._watch(replica))
+
+    async def _preflight(self, replica: Replica, env: Mapping[str, str]) -> bool:
+        """Whether ``replica`` may start; reports it ``failed`` when it may not."""
+        if self.preflight is None:
+            return True
+        verdict = await self.preflight.run(replica.spec.gpus, {**env, "BOLT_HOOK": "prolog"})
+        if not verdict.ok:
+            self._not_started(replica, f"preflight failed: {verdict.evidence}", preflight=True)
+        return verdict.ok
+
+    def _not_started(self, replica: Replica, detail: str, preflight: bool = False) -> None:
+        spec = replica.spec
+        self.finished.add((spec.replica, spec.epoch))
+        log.warning("replica %s (epoch %d) %s", spec.replica, spec.epoch, detail)
+        event = replica.event("failed", time.time(), detail=detail, preflight=preflight)
+        self.outbox.add_event(event)
 
     def skip(self, spec: ReplicaSpec) -> None:
         """Report ``spec`` as exited without running it: it was told to stop before it
@@ -151,8 +177,9 @@ class Runtime:
         assert replica.process is not None and replica.pid is not None
         code = await replica.process.wait()
         ended = time.monotonic()
-        if kill_orphans(replica.pid):
-            log.info("replica %s left processes behind; killed them", replica.name)
+        cleanup = await self._clean(replica, code)
+        if cleanup:
+            log.info("replica %s: %s", replica.name, cleanup)
         replica.done.set()
         exit_code, sig = exit_fields(code)
         held = None if replica.term_at is None else round(ended - replica.term_at, 3)
@@ -165,6 +192,7 @@ class Runtime:
             signal=sig,
             checkpoint_s=held,
             by_node=replica.by_node,
+            cleanup=cleanup,
         )
         self.outbox.add_event(event)
         log.info("replica %s exited (code %s, signal %s)", replica.name, exit_code, sig)
@@ -173,6 +201,24 @@ class Runtime:
         self.finished.add((replica.spec.replica, replica.spec.epoch))
         self.draining.append(replica)
         self.on_exit()
+
+    async def _clean(self, replica: Replica, code: int) -> str:
+        """After ``replica``'s main process exited with ``code``: end what it left in its
+        process group, remove its shared memory files (see ``cleanup``), then run the
+        epilogs. What was done, in words (empty when nothing was)."""
+        assert replica.pid is not None
+        began = time.monotonic()
+        held = held_shm(group_members(replica.pid))
+        done = Cleanup()
+        done.orphans, done.killed = await end_group(replica.pid)
+        done.shm = remove_shm(shm_prefix(replica.spec), held)
+        if self.hooks.epilogs:
+            env = replica_env(replica.spec, replica.paths, self.env)
+            env.update(BOLT_HOOK="epilog", BOLT_EXIT_CODE=str(code))
+            results = await run_scripts(self.hooks.epilogs, env, self.hooks.timeout_s)
+            done.epilog = next((r.evidence for r in results if not r.ok), "")
+        done.seconds = time.monotonic() - began
+        return done.describe()
 
     async def _kill_after(self, replica: Replica, grace_s: float) -> None:
         try:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from boltforge.agent.client import ServerClient
 from boltforge.agent.loop import Agent
+from boltforge.agent.preflight import NodeHooks
 from boltforge.agent.processes import safe_name
 from boltforge.wire.agent import Inventory
 
@@ -22,9 +23,16 @@ def default_work_dir(node: str) -> Path:
     return platformdirs.user_data_path("boltforge") / "agent" / safe_name(node)
 
 
-def serve(server: str, token: str, inventory: Inventory, work_dir: Path) -> int:
+def serve(
+    server: str,
+    token: str,
+    inventory: Inventory,
+    work_dir: Path,
+    hooks: NodeHooks | None = None,
+) -> int:
     """Run the agent for ``inventory`` against ``server`` until SIGTERM or SIGINT, which stop
-    the replicas gracefully and return 0; 2 when the server refuses the node."""
+    the replicas gracefully and return 0; 2 when the server refuses the node. ``hooks``: the
+    prolog and epilog scripts run around each replica."""
     if not logging.getLogger().handlers:
         logging.basicConfig(
             stream=sys.stderr,
@@ -33,11 +41,13 @@ def serve(server: str, token: str, inventory: Inventory, work_dir: Path) -> int:
         )
         logging.getLogger("httpx").setLevel(logging.WARNING)
     work_dir.mkdir(parents=True, exist_ok=True)
-    return asyncio.run(_serve(server, token, inventory, work_dir))
+    return asyncio.run(_serve(server, token, inventory, work_dir, hooks))
 
 
-async def _serve(server: str, token: str, inventory: Inventory, work_dir: Path) -> int:
-    agent = Agent(ServerClient(server, token), inventory, work_dir)
+async def _serve(
+    server: str, token: str, inventory: Inventory, work_dir: Path, hooks: NodeHooks | None
+) -> int:
+    agent = Agent(ServerClient(server, token), inventory, work_dir, hooks=hooks)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, agent.request_stop)
@@ -49,4 +59,16 @@ async def _serve(server: str, token: str, inventory: Inventory, work_dir: Path) 
         server,
         work_dir,
     )
+    _say_checks(agent, hooks or NodeHooks())
     return await agent.run()
+
+
+def _say_checks(agent: Agent, hooks: NodeHooks) -> None:
+    """Log what the preflight checks and what it skips."""
+    say = logging.getLogger("boltforge.agent").info
+    preflight = agent.runtime.preflight
+    for note in preflight.skipped if preflight else ():
+        say("preflight: %s", note)
+    for kind, paths in (("prolog", hooks.prologs), ("epilog", hooks.epilogs)):
+        for path in paths:
+            say("%s: %s (timeout %g s)", kind, path, hooks.timeout_s)

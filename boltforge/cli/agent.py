@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 
+from boltforge.agent.hooks import DEFAULT_TIMEOUT_S
 from boltforge.cli.common import EXIT_BAD_INPUT, errors, spec_errors
+
+if TYPE_CHECKING:
+    from boltforge.agent.preflight import NodeHooks
 
 
 def agent_command(
@@ -24,12 +29,39 @@ def agent_command(
         typer.Option(help="Logs, progress files and checkpoints; default: per node, user data."),
     ] = None,
     name: Annotated[str | None, typer.Option(help="Node name (overrides the inventory's).")] = None,
+    prolog: Annotated[
+        list[Path] | None,
+        typer.Option(
+            metavar="PATH",
+            help="Script (or directory of executables) run before each replica starts, with "
+            "its environment; a failure keeps it from starting here and cordons the node. "
+            "Repeatable.",
+        ),
+    ] = None,
+    epilog: Annotated[
+        list[Path] | None,
+        typer.Option(
+            metavar="PATH",
+            help="Script (or directory of executables) run after each replica ended and its "
+            "leftover processes and /dev/shm files were cleaned up. Repeatable.",
+        ),
+    ] = None,
+    hook_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.1, metavar="SECONDS", help="Seconds a prolog or epilog may run before it fails."
+        ),
+    ] = DEFAULT_TIMEOUT_S,
 ) -> None:
     """Run the node agent: register this node, run the replicas the server assigns to it and
     report their output, progress and exit.
 
-    SIGTERM or SIGINT stops the replicas gracefully (checkpoint signal, grace, kill) and exits 0.
-    Exits 2 on a bad inventory, a missing token, or when the server refuses the node.
+    Before each replica starts, the node checks itself (NVML, where the inventory comes from
+    it: GPU count, uncorrected ECC errors, NVLink links; then the prologs); after each ends,
+    it ends the processes the replica left behind and removes its /dev/shm files, then runs
+    the epilogs. SIGTERM or SIGINT stops the replicas gracefully (checkpoint signal, grace,
+    kill) and exits 0. Exits 2 on a bad inventory, prolog or epilog path, a missing token, or
+    when the server refuses the node.
     """
     from boltforge.agent.inventory import detect
     from boltforge.agent.serve import default_work_dir, serve
@@ -40,6 +72,23 @@ def agent_command(
             highlight=False,
         )
         raise typer.Exit(EXIT_BAD_INPUT)
+    hooks = _hooks(prolog or [], epilog or [], hook_timeout)
     with spec_errors():
         node = detect(inventory, name)
-    raise typer.Exit(serve(server, token, node, work_dir or default_work_dir(node.name)))
+    raise typer.Exit(serve(server, token, node, work_dir or default_work_dir(node.name), hooks))
+
+
+def _hooks(prologs: list[Path], epilogs: list[Path], timeout_s: float) -> NodeHooks:
+    """The agent's prolog and epilog scripts; a bad path exits 2 naming its option."""
+    from boltforge.agent.hooks import BadHook, check_paths
+    from boltforge.agent.preflight import NodeHooks
+
+    try:
+        return NodeHooks(
+            prologs=check_paths("--prolog", prologs),
+            epilogs=check_paths("--epilog", epilogs),
+            timeout_s=timeout_s,
+        )
+    except BadHook as e:
+        errors.print(f"[bold red]error[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_BAD_INPUT) from None

@@ -5,7 +5,10 @@ replica it wrote off as lost with its node, is refused: a node that was cut off 
 a job that has since been placed elsewhere. The exit of a replica of an older epoch (one
 still leaving after its job was requeued) only frees its GPUs. A replica the node stopped on
 its own (``by_node``: its lease ran out, or its agent shut down) did not finish its job: the
-job requeues and resumes from its last checkpoint, within its restart budget.
+job requeues and resumes from its last checkpoint, within its restart budget. A replica its
+node's preflight refused (``preflight``) was never started: the node is cordoned and the job
+placed elsewhere, free of its restart budget (``control.preflight``). What a node cleaned up after a
+replica (leftover processes, shared memory files) lands on the job's timeline.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections.abc import Iterable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from boltforge.control import preflight
 from boltforge.control.actuate import Touched, close_run
 from boltforge.control.lifecycle import HOLDING, record, transition
 from boltforge.control.models import JobRow, LogRow, NodeRow, RankProgressRow, ReplicaRow
@@ -42,6 +46,7 @@ def apply_events(
         if ev.kind == "started":
             _started(s, job, rep, ev)
         elif rep.state != "exited":
+            touched |= _node_findings(s, rep, ev)
             touched |= _ended(s, job, rep, ev)
     return refused, touched
 
@@ -98,6 +103,8 @@ def _ended(s: Session, job: JobRow, rep: ReplicaRow, ev: ReplicaEvent) -> Touche
         return touched
     if ev.by_node:
         return _requeue(s, job, rep, alive, ev.at)
+    if ev.preflight and ev.kind == "failed":
+        return preflight.requeue(s, job, rep, ev)
     failed = ev.kind == "failed" or (ev.exit_code or 0) != 0 or ev.signal is not None
     if failed:
         touched |= _stop_rest(s, alive)
@@ -110,6 +117,17 @@ def _ended(s: Session, job: JobRow, rep: ReplicaRow, ev: ReplicaEvent) -> Touche
         job.exit_code = 0
         transition(s, job, "succeeded", ev.at, "succeeded: every replica exited 0")
     return touched
+
+
+def _node_findings(s: Session, rep: ReplicaRow, ev: ReplicaEvent) -> Touched:
+    """Cordon the node of a replica its preflight refused; record what a node cleaned up
+    after a replica on the job's timeline."""
+    if ev.preflight and ev.kind == "failed":
+        return preflight.cordon_unfit(s, rep, ev)
+    if ev.cleanup:
+        data = {"node": rep.node, "replica": rep.id, "epoch": rep.epoch, "cleanup": ev.cleanup}
+        record(s, rep.job_id, ev.at, "cleanup", f"node {rep.node}: {ev.cleanup}", data)
+    return Touched()
 
 
 def _requeue(

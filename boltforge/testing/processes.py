@@ -89,12 +89,14 @@ def replica_pids(node: str) -> list[int]:
 @dataclass
 class LocalCluster:
     """A server on ``db`` (SQLite in ``data`` by default) and ``hosts`` agents of 8 GPUs, two
-    per rack. ``server_args`` go to ``bolt server`` (e.g. preemption settings)."""
+    per rack. ``server_args`` go to ``bolt server`` (e.g. preemption settings);
+    ``agent_args`` to the ``bolt agent`` of the host they are keyed by (e.g. its prologs)."""
 
     data: Path
     hosts: int = 4
     db: str | None = None
     server_args: list[str] = field(default_factory=list)
+    agent_args: dict[str, list[str]] = field(default_factory=dict)
     admin_token: str = "adm-token"
     agent_token: str = "agt-token"
     port: int = 0
@@ -164,6 +166,7 @@ class LocalCluster:
             str(inventory),
             "--work-dir",
             str(self.data / "agents" / name),
+            *self.agent_args.get(name, []),
         ]
         proc = spawn(cmd, self.data / f"{name}.log", child_env(self.data), cwd=Path.cwd())
         self.agents[name] = proc

@@ -118,7 +118,11 @@ class ReplicaEvent(_Wire):
     ``exited``: it ended (``exit_code``, or ``signal`` when killed); ``checkpoint_s`` is how
     long it took to exit after the checkpoint signal. ``failed``: it could not be started.
     ``by_node``: the agent stopped it on its own (its lease ran out, or the agent is shutting
-    down), not because the server asked: the job did not finish, and is to run again."""
+    down), not because the server asked: the job did not finish, and is to run again.
+    ``preflight`` (with ``failed``): the node's checks before the start failed, so it was never
+    started; ``detail`` is the evidence: the node is unfit, not the job. ``cleanup`` (with
+    ``exited``): what the node cleaned up after it (leftover processes, shared memory files,
+    a failed epilog), empty when there was nothing to clean."""
 
     replica: str
     job: str
@@ -131,6 +135,8 @@ class ReplicaEvent(_Wire):
     checkpoint_s: float | None = None
     detail: str = ""
     by_node: bool = False
+    preflight: bool = False
+    cleanup: str = ""
 
 
 class LogChunk(_Wire):
