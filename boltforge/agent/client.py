@@ -108,7 +108,9 @@ class ServerClient:
         body: BaseModel | None,
         timeout_s: float | None = None,
     ) -> M:
-        content = body.model_dump_json().encode() if body is not None else None
+        content = None
+        if body is not None:  # defaults are not sent: a server that predates a field takes it
+            content = body.model_dump_json(exclude_defaults=True).encode()
         headers = {"Content-Type": "application/json"} if body is not None else {}
         timeout = timeout_s if timeout_s is not None else self.timeout_s
         try:
