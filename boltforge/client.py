@@ -13,6 +13,7 @@ import httpx
 from platformdirs import user_config_dir
 from pydantic import BaseModel
 
+from boltforge.wire.cost import CostReply
 from boltforge.wire.jobs import (
     EventPage,
     FleetOut,
@@ -133,6 +134,10 @@ class Client:
     def uncordon(self, node: str) -> NodeOut:
         """Return ``node`` to service (admin)."""
         return self._call("POST", f"/v1/nodes/{quote(node, safe='')}/uncordon", NodeOut)
+
+    def cost(self, by: str = "team", since: str = "30d") -> CostReply:
+        """GPU-hours and dollars by team, project or job over the last ``since``."""
+        return self._call("GET", "/v1/cost", CostReply, params={"by": by, "since": since})
 
     def fleet(self) -> FleetOut:
         return self._call("GET", "/v1/fleet", FleetOut)

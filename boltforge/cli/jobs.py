@@ -70,6 +70,9 @@ def _facts(d: JobDetail) -> str:
     if d.preemptions or d.restarts:
         parts.append(f"{d.preemptions} preemption(s), {d.restarts} restart(s)")
     parts.append(f"{d.gpu_hours:.3f} GPU-h (${d.dollars:.2f})")
+    if d.productive_gpu_hours < d.gpu_hours - 5e-4:
+        kept = f"{d.productive_gpu_hours:.3f} GPU-h (${d.productive_dollars:.2f}) productive"
+        parts.append(kept)
     return "  " + "; ".join(parts)
 
 

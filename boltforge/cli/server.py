@@ -10,7 +10,7 @@ import typer
 from platformdirs import user_data_dir
 from sqlalchemy import select
 
-from boltforge.cli.common import errors
+from boltforge.cli.common import errors, spec_errors
 from boltforge.control.agents import LeaseTerms
 from boltforge.control.auth import new_token
 from boltforge.control.db import Database, default_url
@@ -20,6 +20,7 @@ from boltforge.core.health import HealthRules, StragglerAction
 from boltforge.core.policy import POLICIES
 from boltforge.core.victims import PreemptRules
 from boltforge.spec import units
+from boltforge.spec.teams import Budget, load_teams
 
 
 def server_command(
@@ -75,6 +76,13 @@ def server_command(
             "overrides it."
         ),
     ] = "30m",
+    teams: Annotated[
+        Path | None,
+        typer.Option(
+            help="A YAML file of team budgets, e.g. `teams: {nlp: {budget: {monthly: 10000, "
+            "soft: 0.8}}}` (dollars per calendar month, UTC; see docs/cost.md)."
+        ),
+    ] = None,
 ) -> None:
     """Run the control plane: the HTTP API, the store and the scheduling loop.
 
@@ -89,6 +97,7 @@ def server_command(
         errors.print(f"[bold red]error[/] --policy {policy!r}: known: {', '.join(POLICIES)}")
         raise typer.Exit(2)
     health = _health(straggler_action, straggler_ratio, straggler_samples, progress_timeout)
+    budgets = _budgets(teams)
     url = db or default_url()
     home = Path(user_data_dir("boltforge"))
     admin_token = admin_token or _first_admin_token(url, home)
@@ -101,9 +110,18 @@ def server_command(
         health=health,
         admin_token=admin_token,
         agent_token=agent_token,
+        budgets=budgets,
     )
     app = create_app(config)
     uvicorn.run(app, host=host, port=port, log_level="warning", loop="uvloop", http="httptools")
+
+
+def _budgets(path: Path | None) -> dict[str, Budget]:
+    """The team budgets in ``path`` (none without one); exits 2 naming each bad field."""
+    if path is None:
+        return {}
+    with spec_errors():
+        return load_teams(path).budgets()
 
 
 def _health(action: StragglerAction, ratio: float, samples: int, timeout: str) -> HealthRules:

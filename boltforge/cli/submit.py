@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 from pydantic import ValidationError
+from rich.markup import escape
 
 from boltforge.cli.common import EXIT_BAD_INPUT, console, errors, print_json
 from boltforge.cli.queue import ALL_STATES
@@ -87,6 +88,8 @@ def _print_reply(reply: SubmitReply, json: bool) -> None:
     if json:
         print_json(reply.model_dump(mode="json"))
         return
+    for warning in reply.warnings:
+        errors.print(f"[bold yellow]warning[/] {escape(warning)}", highlight=False, soft_wrap=True)
     job = reply.job
     again = "" if reply.created else " (already submitted with this idempotency key)"
     if reply.tasks:

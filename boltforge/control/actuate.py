@@ -105,9 +105,13 @@ def finish_stop(s: Session, row: JobRow, at: float, state: str, message: str) ->
 
 
 def close_run(s: Session, row: JobRow, at: float) -> None:
+    """End the job's open run at ``at``, keeping the last checkpoint it reported inside it
+    (the cost meter counts the work after it as lost when the run was interrupted)."""
     run = s.query(RunRow).filter_by(job_id=row.id, epoch=row.epoch, ended_at=None).one_or_none()
     if run is not None:
         run.ended_at = at
+        ckpt = row.last_checkpoint_at
+        run.checkpoint_at = ckpt if ckpt is not None and ckpt >= run.started_at else None
         row.attained_gpu_s += run.gpus * max(at - run.started_at, 0.0)
 
 

@@ -12,7 +12,7 @@ from fastapi import FastAPI
 
 from boltforge import __version__
 from boltforge.control import metrics
-from boltforge.control.api import admin, agents, errors, jobs, nodes
+from boltforge.control.api import admin, agents, cost, errors, jobs, nodes
 from boltforge.control.api.methods import AllowHeader
 from boltforge.control.runtime import Runtime, ServerConfig
 
@@ -46,7 +46,7 @@ def create_app(config: ServerConfig, clock: Callable[[], float] = time.time) -> 
     app.state.runtime = rt
     errors.install(app)
     app.add_middleware(AllowHeader, app=app)
-    for module in (jobs, agents, nodes, admin):
+    for module in (jobs, agents, nodes, admin, cost):
         app.include_router(module.router)
     metrics.install(app, rt)  # GET /metrics: unauthenticated, aggregates only
 

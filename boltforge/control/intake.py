@@ -35,7 +35,8 @@ MAX_GROUP = 256
 
 @dataclass
 class Order:
-    """One validated submission, and where its written rows go."""
+    """One validated submission, and where its written rows go. ``warnings`` (a team past
+    its soft budget) land on each job's timeline as ``budget`` events."""
 
     spec: JobSpec
     tasks: list[int] | None
@@ -43,6 +44,7 @@ class Order:
     caller: Caller
     at: float
     key: str | None
+    warnings: tuple[str, ...] = ()
     done: Future[list[dict[str, Any]]] = field(default_factory=Future)
 
 
@@ -118,6 +120,11 @@ def _insert(s: Session, group: list[Order]) -> list[list[dict[str, Any]]]:
         message = queued_message(rows[0])
         events += [
             {"job_id": r["id"], "at": o.at, "kind": "queued", "message": message, "data": {}}
+            for r in rows
+        ]
+        events += [
+            {"job_id": r["id"], "at": o.at, "kind": "budget", "message": w, "data": {}}
+            for w in o.warnings
             for r in rows
         ]
         audits.append(

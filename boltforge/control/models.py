@@ -126,7 +126,8 @@ class NodeRow(Base):
 
 class RunRow(Base):
     """One stretch of a job holding GPUs (an epoch from start to stop): fair-share usage and
-    the cost meter are sums over these."""
+    the cost meter are sums over these. ``checkpoint_at`` is the job's last checkpoint inside
+    the stretch as known when it ended (None: none)."""
 
     __tablename__ = "runs"
 
@@ -139,6 +140,7 @@ class RunRow(Base):
     dollars_per_hour: Mapped[float] = mapped_column(Float, default=0.0)
     started_at: Mapped[float] = mapped_column(Float)
     ended_at: Mapped[float | None] = mapped_column(Float, index=True)
+    checkpoint_at: Mapped[float | None] = mapped_column(Float)
 
 
 class LogRow(Base):

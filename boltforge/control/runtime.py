@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
@@ -22,12 +22,14 @@ from boltforge.control.world import Caches, load_fleet
 from boltforge.core.health import HealthRules
 from boltforge.core.policy import named
 from boltforge.core.victims import PreemptRules
+from boltforge.spec.teams import Budget
 
 
 @dataclass(frozen=True)
 class ServerConfig:
     """How a server is set up. ``admin_token`` / ``agent_token`` are stored on start when
-    given (so ``bolt up`` can hand them to its agents and to the user)."""
+    given (so ``bolt up`` can hand them to its agents and to the user). ``budgets`` are the
+    teams' monthly budgets by team name (``bolt server --teams``)."""
 
     db_url: str
     checkpoint_root: str
@@ -39,6 +41,7 @@ class ServerConfig:
     full_every_s: float = 10.0
     admin_token: str | None = None
     agent_token: str | None = None
+    budgets: Mapping[str, Budget] = field(default_factory=dict)
 
 
 class Runtime:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from boltforge.control.models import EventRow, JobRow, NodeRow, ReplicaRow, RunRow
+from boltforge.control.cost import job_meter
+from boltforge.control.models import EventRow, JobRow, NodeRow, ReplicaRow
 from boltforge.control.submit import PRIORITY_NAMES
 from boltforge.ranges import hostlist
 from boltforge.wire.jobs import EventOut, JobDetail, JobSummary, NodeOut, ReplicaOut
@@ -48,10 +49,11 @@ def current_replicas(s: Session, job: JobRow) -> list[ReplicaRow]:
 
 
 def detail(s: Session, job: JobRow, now: float) -> JobDetail:
-    """Everything about one job: placement, explanation, diagnosis, timeline and meter."""
+    """Everything about one job: placement, explanation, diagnosis, timeline and meter
+    (allocated and productive, ``boltforge.core.meter``)."""
     reps = current_replicas(s, job) if job.epoch else []
     events = s.scalars(select(EventRow).where(EventRow.job_id == job.id).order_by(EventRow.id))
-    hours, dollars = meter(s, job.id, now)
+    m = job_meter(s, job, now)
     base = summary(job, [r.node for r in reps if r.state in HELD]).model_dump()
     return JobDetail(
         **base,
@@ -62,19 +64,11 @@ def detail(s: Session, job: JobRow, now: float) -> JobDetail:
         waiting=list(job.waiting or []),
         events=[event_out(e) for e in events],
         last_checkpoint_at=job.last_checkpoint_at,
-        gpu_hours=round(hours, 6),
-        dollars=round(dollars, 4),
+        gpu_hours=round(m.gpu_hours, 6),
+        dollars=round(m.dollars, 4),
+        productive_gpu_hours=round(m.productive_gpu_hours, 6),
+        productive_dollars=round(m.productive_dollars, 4),
     )
-
-
-def meter(s: Session, job_id: str, now: float) -> tuple[float, float]:
-    """GPU-hours and dollars the job has held so far (open runs count up to ``now``)."""
-    hours = dollars = 0.0
-    for run in s.scalars(select(RunRow).where(RunRow.job_id == job_id)):
-        held = max((run.ended_at if run.ended_at is not None else now) - run.started_at, 0.0)
-        hours += run.gpus * held / 3600.0
-        dollars += run.dollars_per_hour * held / 3600.0
-    return hours, dollars
 
 
 def replica_out(r: ReplicaRow) -> ReplicaOut:

@@ -127,14 +127,18 @@ class JobDetail(JobSummary):
     last_checkpoint_at: float | None = None
     gpu_hours: float = 0.0
     dollars: float = 0.0
+    productive_gpu_hours: float = 0.0
+    productive_dollars: float = 0.0
 
 
 class SubmitReply(_Reply):
-    """The job made (or found, for a repeated idempotency key), and the tasks of an array."""
+    """The job made (or found, for a repeated idempotency key), and the tasks of an array.
+    ``warnings`` are things the submitter should know, such as a team past its soft budget."""
 
     job: JobSummary
     tasks: list[str] = []
     created: bool = True
+    warnings: list[str] = []
 
 
 class TeamLoad(_Reply):

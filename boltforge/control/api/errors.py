@@ -19,7 +19,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     for status, what in (
         (400, "A body that is not valid JSON"),
         (401, "No token, or an unknown one"),
-        (403, "The token's role or team may not do this"),
+        (403, "The token's role or team may not do this, or the team's budget is spent"),
         (404, "No such job or node"),
         (409, "A conflict: a stale agent session, or an idempotency key reused"),
         (422, "Invalid input: each problem names the field, the value and the fix"),

@@ -11,10 +11,12 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from boltforge.control import budgets
 from boltforge.control.api.deps import Actors, People, Rt
 from boltforge.control.api.errors import ERRORS, ApiError
 from boltforge.control.audit import audit
 from boltforge.control.auth import Caller
+from boltforge.control.budgets import Admission
 from boltforge.control.cancel import cancel_jobs
 from boltforge.control.intake import Order
 from boltforge.control.lifecycle import LIVE
@@ -22,6 +24,8 @@ from boltforge.control.models import EventRow, JobRow, LogRow, ReplicaRow
 from boltforge.control.runtime import Runtime
 from boltforge.control.submit import check_fit, find_by_key, parse_request
 from boltforge.control.views import HELD, detail, event_out, summary
+from boltforge.spec.job import JobSpec
+from boltforge.spec.teams import Budget
 from boltforge.wire.jobs import (
     TERMINAL,
     EventPage,
@@ -64,15 +68,19 @@ async def submit(
         )
     fleet = rt.known_fleet() or await run_in_threadpool(rt.fleet)
     gang = check_fit(spec, fleet, req.source)
+    warnings = await _budget_warnings(rt, spec)
+    order = Order(spec, tasks, gang, who, rt.clock(), key, tuple(warnings))
     try:
-        rows = await rt.intake.write_async(Order(spec, tasks, gang, who, rt.clock(), key))
+        rows = await rt.intake.write_async(order)
     except IntegrityError:
         again = await run_in_threadpool(_existing, rt, key, who, response) if key else None
         if again is None:
             raise
         return again
     reply = SubmitReply(
-        job=summary(JobRow(**rows[0])), tasks=[r["id"] for r in rows] if tasks else []
+        job=summary(JobRow(**rows[0])),
+        tasks=[r["id"] for r in rows] if tasks else [],
+        warnings=warnings,
     )
     if tasks:
         rt.scheduler.wake()
@@ -80,6 +88,23 @@ async def submit(
         rt.scheduler.wake(arrival=reply.job.id)
     rt.notifier.notify(["jobs"])
     return reply
+
+
+async def _budget_warnings(rt: Runtime, spec: JobSpec) -> list[str]:
+    """The team budget's warning for this submission, if any; a refusal (the hard limit,
+    for non-production work) is a 403 naming the team, its spend and its limit."""
+    budget = rt.config.budgets.get(spec.team)
+    if budget is None:
+        return []
+    word = await run_in_threadpool(_admission, rt, spec, budget)
+    if word.refusal is not None:
+        raise ApiError(403, word.refusal)
+    return [word.warning] if word.warning else []
+
+
+def _admission(rt: Runtime, spec: JobSpec, budget: Budget) -> Admission:
+    with rt.db.session() as s:
+        return budgets.check(s, spec.team, spec.priority_class, budget, rt.clock())
 
 
 def _existing(rt: Runtime, key: str, who: Caller, response: Response) -> SubmitReply | None:

@@ -1,0 +1,57 @@
+"""The cost API: ``GET /v1/cost`` meters grouped by team, project or job, and team budgets."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+CostBy = Literal["team", "project", "job"]
+BudgetState = Literal["ok", "warn", "over"]
+
+
+class _Reply(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class CostRow(_Reply):
+    """One group's meter over the window: allocated and productive GPU-hours and dollars.
+    ``key`` is the group (a team, ``team/project``, or a job id); ``project`` and ``job``
+    (with its ``name``) are set when grouping by them; ``jobs`` counts the jobs in the group."""
+
+    key: str
+    team: str
+    project: str | None = None
+    job: str | None = None
+    name: str | None = None
+    jobs: int = 0
+    gpu_hours: float = 0.0
+    dollars: float = 0.0
+    productive_gpu_hours: float = 0.0
+    productive_dollars: float = 0.0
+
+
+class BudgetOut(_Reply):
+    """A team's budget this calendar month (UTC): the limits, the spend so far (allocated
+    dollars, running jobs up to now) and where it stands."""
+
+    team: str
+    month: str
+    monthly: float
+    soft: float
+    spent: float
+    state: BudgetState
+
+
+class CostReply(_Reply):
+    """``GET /v1/cost``. ``rows`` are the groups the caller may see in detail; ``others`` are
+    the other teams' totals (one row per team) for a member asking by project or job; ``total``
+    sums both. The window is ``[since, until]`` in seconds since the epoch."""
+
+    by: CostBy
+    since: float
+    until: float
+    rows: list[CostRow] = []
+    others: list[CostRow] = []
+    total: CostRow
+    budgets: list[BudgetOut] = []
