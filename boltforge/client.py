@@ -29,6 +29,7 @@ from boltforge.wire.jobs import (
     TokenRequest,
     WhoAmI,
 )
+from boltforge.wire.reclaim import ReclaimReply
 
 T = TypeVar("T", bound=BaseModel)
 DEFAULT_SERVER = "http://127.0.0.1:8600"
@@ -134,6 +135,12 @@ class Client:
     def uncordon(self, node: str) -> NodeOut:
         """Return ``node`` to service (admin)."""
         return self._call("POST", f"/v1/nodes/{quote(node, safe='')}/uncordon", NodeOut)
+
+    def reclaim(self, node: str, in_s: float) -> ReclaimReply:
+        """A spot reclaim notice: ``node`` goes in ``in_s`` seconds; its jobs checkpoint now
+        and move off (admin)."""
+        path = f"/v1/nodes/{quote(node, safe='')}/reclaim"
+        return self._call("POST", path, ReclaimReply, json={"in_s": in_s})
 
     def cost(self, by: str = "team", since: str = "30d") -> CostReply:
         """GPU-hours and dollars by team, project or job over the last ``since``."""

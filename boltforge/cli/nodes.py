@@ -1,6 +1,7 @@
 """``bolt nodes``: every registered node with its place in the fleet, GPUs in use, state,
 last heartbeat and the jobs on it; ``bolt nodes cordon|drain|uncordon NODE`` take a node out
-of service and back (admin)."""
+of service and back, and ``bolt nodes reclaim NODE --in 120s`` passes on a spot reclaim
+notice (admin)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,21 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from boltforge.cli.common import console, print_json
-from boltforge.cli.remote import JsonOpt, ServerOpt, TokenOpt, ago, api_errors, connect
+from boltforge.cli.common import EXIT_BAD_INPUT, console, print_json
+from boltforge.cli.remote import (
+    JsonOpt,
+    ServerOpt,
+    TokenOpt,
+    ago,
+    api_errors,
+    connect,
+    fail,
+    span,
+)
 from boltforge.client import Client
+from boltforge.spec.units import seconds
 from boltforge.wire.jobs import NodeOut
+from boltforge.wire.reclaim import ReclaimReply
 
 STATE_STYLE = {
     "ready": "green",
@@ -27,7 +39,7 @@ STATE_STYLE = {
 NodeArg = Annotated[str, typer.Argument(help="The node's name, as `bolt nodes` lists it.")]
 
 nodes_app = typer.Typer(
-    help="List the nodes (the default), or cordon, drain and uncordon one (admin).",
+    help="List the nodes (the default), or cordon, drain, uncordon or reclaim one (admin).",
     invoke_without_command=True,
     no_args_is_help=False,
 )
@@ -46,7 +58,8 @@ def nodes_group(
     ctx: typer.Context, json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = None
 ) -> None:
     """List the nodes: pool, pod and rack, GPUs in use, state and the jobs on each. The
-    subcommands cordon, drain and uncordon take a node out of service and back (admin)."""
+    subcommands cordon, drain and uncordon take a node out of service and back, and reclaim
+    passes on a spot reclaim notice (admin)."""
     ctx.obj = Target(server, token)
     if ctx.invoked_subcommand is None:
         nodes_command(json, server, token)
@@ -85,6 +98,48 @@ def drain_command(
     elsewhere from its last step."""
     out = _call(ctx, server, token, "drain", lambda c: c.drain(node))
     _said(out, json, f"node {node} draining: {_jobs(out)} checkpointing to move elsewhere")
+
+
+@nodes_app.command("reclaim")
+def reclaim_command(
+    ctx: typer.Context,
+    node: NodeArg,
+    in_: Annotated[
+        str, typer.Option("--in", help="When the cloud takes NODE back: 120s, 2m or 90.")
+    ],
+    json: JsonOpt = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Pass on a spot reclaim notice: NODE goes away --in this long.
+
+    NODE is cordoned and each job on it is asked to checkpoint now, with its grace cut to
+    the time left, then requeues and resumes elsewhere from that checkpoint. When the time
+    is up the node counts as gone; whatever is still there requeues from its last
+    checkpoint, charged no restart."""
+    try:
+        in_s = seconds(in_)
+    except ValueError as e:
+        fail(f"--in {in_!r} {e}. To fix: pass a duration such as 120s or 2m", EXIT_BAD_INPUT)
+    given = ctx.obj if isinstance(ctx.obj, Target) else Target(None, None)
+    with connect(server or given.server, token or given.token) as c, api_errors("reclaim"):
+        reply = c.reclaim(node, in_s)
+    if json:
+        print_json(reply.model_dump(mode="json"))
+        return
+    for line in reclaim_lines(reply, time.time()):
+        console.print(line, highlight=False)
+
+
+def reclaim_lines(reply: ReclaimReply, now: float) -> list[str]:
+    """What a reclaim notice did, in words: the deadline, then each job and its grace."""
+    at = time.strftime("%H:%M:%S", time.localtime(reply.reclaim_at))
+    head = f"node {reply.node.name} is reclaimed in {span(reply.reclaim_at - now)} (at {at})"
+    if not reply.jobs:
+        return [f"{head}: cordoned; no jobs to move"]
+    lines = [f"{head}: cordoned; {len(reply.jobs)} job(s) asked to checkpoint now and move off"]
+    lines += [f"  {j.job}  checkpoint within {span(j.grace_s)}" for j in reply.jobs]
+    return lines
 
 
 @nodes_app.command("uncordon")
@@ -152,7 +207,7 @@ def nodes_table(nodes: list[NodeOut], now: float) -> Table:
             justify="right" if right else "left",
         )
     for n in nodes:
-        style = STATE_STYLE.get(n.state, "yellow")
+        style = STATE_STYLE.get(n.state, "yellow") if n.reclaim_at is None else "magenta"
         table.add_row(
             n.name,
             n.pool,
@@ -160,8 +215,17 @@ def nodes_table(nodes: list[NodeOut], now: float) -> Table:
             f"{n.gpus_used}/{n.gpus}",
             n.pod,
             n.rack,
-            f"[{style}]{n.state}[/]",
+            f"[{style}]{state_text(n, now)}[/]",
             ago(n.last_heartbeat, now),
             ",".join(n.jobs) or "-",
         )
     return table
+
+
+def state_text(n: NodeOut, now: float) -> str:
+    """The node's state, or ``reclaim in 60 s`` while a spot reclaim notice is pending
+    (``reclaimed`` once the time passed)."""
+    if n.reclaim_at is None:
+        return n.state
+    left = n.reclaim_at - now
+    return f"reclaim in {span(left)}" if left > 0 and n.state != "dead" else "reclaimed"

@@ -5,7 +5,9 @@ A node is ``ready`` while it heartbeats, ``suspect`` once ``suspect_s`` pass wit
 while its agent shuts down, or once it stopped a replica on its own (it keeps its jobs, gets
 no new ones, until a heartbeat says it is well), and ``dead`` when its lease expires: its
 replicas are lost and their jobs requeue from their last checkpoint (within their restart
-budget, see ``restarts``). A node that comes back registers again.
+budget, see ``restarts``). A node that comes back registers again. One registering after
+its spot reclaim time (``spot``) is a new instance under the old name: it comes back in
+service, uncordoned, with no reclaim pending.
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ def register(s: Session, reg: Registration, terms: LeaseTerms, now: float) -> tu
         inv.rack,
         inv.gpus,
     )
+    if node.reclaim_at is not None and now >= node.reclaim_at:
+        node.reclaim_at, node.cordoned = None, False
     node.state, node.session, node.registered_at = "ready", uuid.uuid4().hex, now
     node.last_heartbeat, node.lease_expires_at = now, now + terms.lease_s
     node.desired_version = (node.desired_version or 0) + 1

@@ -4,6 +4,8 @@ Submissions, exits, cancellations and node changes wake the loop; a timer also w
 leases, and a full pass every ``full_every_s``). Each pass, under the store lock:
 
     # 1. leases    nodes that went silent become suspect, then dead (their work requeues)
+    #    reclaims  nodes past their spot reclaim time are gone; jobs a reclaim notice moved
+    #              that requeued get their lost work on their timeline (control/spot.py)
     #    health    every few seconds: stragglers recorded (their hosts cordoned, by policy),
     #              jobs making no progress past their timeout reclaimed (control/health.py)
     # 2. world     read the fleet, the holders of every GPU and the waiting jobs
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field, replace
 
 from sqlalchemy.orm import Session
 
+from boltforge.control import spot
 from boltforge.control.actuate import Settings, Touched, apply
 from boltforge.control.agents import LeaseTerms, expire
 from boltforge.control.db import Database
@@ -156,6 +159,8 @@ class Scheduler:
         with self.lock, self.db.session() as s:
             now = self.clock()
             expired = expire(s, self.terms, now)  # 1. leases
+            spot.settle(s, expired.jobs)
+            expired |= spot.expire(s, now)
             healed = self.health.run(s, now)
             touched |= expired
             touched |= healed

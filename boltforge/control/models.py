@@ -104,7 +104,8 @@ class ReplicaRow(Base):
 
 class NodeRow(Base):
     """A node that registered. ``desired_version`` grows whenever what it should run changes;
-    agents long-poll on it. ``session`` is the agent's current lease."""
+    agents long-poll on it. ``session`` is the agent's current lease. ``reclaim_at``: when
+    its cloud takes it back, after a spot reclaim notice (None: no notice)."""
 
     __tablename__ = "nodes"
 
@@ -122,6 +123,7 @@ class NodeRow(Base):
     lease_expires_at: Mapped[float | None] = mapped_column(Float)
     desired_version: Mapped[int] = mapped_column(Integer, default=0)
     health: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    reclaim_at: Mapped[float | None] = mapped_column(Float)
 
 
 class RunRow(Base):

@@ -28,14 +28,14 @@ class UnknownNode(Exception):
 
 def cordon(s: Session, name: str) -> Touched:
     """Give node ``name`` no new work; what runs there keeps running."""
-    node = _node(s, name)
+    node = node_row(s, name)
     node.cordoned = True
     return Touched(nodes={name})
 
 
 def uncordon(s: Session, name: str) -> Touched:
     """Return node ``name`` to service."""
-    node = _node(s, name)
+    node = node_row(s, name)
     node.cordoned = False
     return Touched(nodes={name})
 
@@ -45,13 +45,18 @@ def drain(s: Session, name: str, now: float) -> Touched:
     node of the gang) get the checkpoint signal, and the job requeues once they exited. A job
     already leaving (preempting, cancelled) is left to finish leaving."""
     touched = cordon(s, name)
-    here = select(ReplicaRow.job_id).where(ReplicaRow.node == name, ReplicaRow.state.in_(HELD))
-    for job_id in sorted(set(s.scalars(here))):
-        job = s.get(JobRow, job_id)
-        if job is not None and job.state in HOLDING:
-            why = f"node {name} is draining"
-            touched |= move_off(s, job, now, why, "drained", {"node": name})
+    for job in holders(s, name):
+        why = f"node {name} is draining"
+        touched |= move_off(s, job, now, why, "drained", {"node": name})
     return touched
+
+
+def holders(s: Session, name: str) -> list[JobRow]:
+    """The jobs holding GPUs on node ``name`` that are not already leaving (scheduled or
+    running), in id order."""
+    here = select(ReplicaRow.job_id).where(ReplicaRow.node == name, ReplicaRow.state.in_(HELD))
+    jobs = (s.get(JobRow, job_id) for job_id in sorted(set(s.scalars(here))))
+    return [job for job in jobs if job is not None and job.state in HOLDING]
 
 
 def move_off(
@@ -83,13 +88,14 @@ def move_off(
             r.state, r.stop_requested_at = "stopping", now
             touched.nodes.add(r.node)
     for name in touched.nodes:
-        _node(s, name).desired_version += 1
+        node_row(s, name).desired_version += 1
     if not any(r.state == "stopping" for r in reps):
         finish_stop(s, job, now, "requeued", "requeued (it had not started)")
     return touched
 
 
-def _node(s: Session, name: str) -> NodeRow:
+def node_row(s: Session, name: str) -> NodeRow:
+    """Node ``name``; ``UnknownNode`` when none of that name registered."""
     node = s.get(NodeRow, name)
     if node is None:
         raise UnknownNode(name)

@@ -106,4 +106,5 @@ def node_out(n: NodeRow, used: int, jobs: list[str]) -> NodeOut:
         jobs=jobs,
         source=str(inv.get("source", "declared")),
         address=str(inv.get("address", "")),
+        reclaim_at=n.reclaim_at,
     )

@@ -173,7 +173,8 @@ class LogPage(_Reply):
 
 
 class NodeOut(_Reply):
-    """A row of ``bolt nodes``."""
+    """A row of ``bolt nodes``. ``reclaim_at``: when a spot reclaim notice says the node goes
+    (None: no notice pending)."""
 
     name: str
     pool: str
@@ -187,6 +188,7 @@ class NodeOut(_Reply):
     jobs: list[str] = []
     source: str = "declared"
     address: str = ""
+    reclaim_at: float | None = None
 
 
 class NodeList(_Reply):

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query
 from fastapi.concurrency import run_in_threadpool
 
 from boltforge.control import agents as protocol
+from boltforge.control import spot
 from boltforge.control.actuate import Touched
 from boltforge.control.api.deps import Agents, Rt
 from boltforge.control.api.errors import ERRORS, ApiError
@@ -91,7 +92,8 @@ def _desired(rt: Runtime, node: str) -> DesiredState:
 
 @router.post("/{node}/report")
 def report(node: str, body: AgentReport, who: Agents, rt: Rt) -> ReportReply:
-    """Replica events, log chunks and progress from a node; stale epochs are refused."""
+    """Replica events, log chunks and progress from a node; stale epochs are refused. A job
+    this requeues after a spot reclaim notice gets its lost work on its timeline."""
     now = rt.clock()
     with rt.scheduler.lock, rt.db.session() as s:
         try:
@@ -101,6 +103,7 @@ def report(node: str, body: AgentReport, who: Agents, rt: Rt) -> ReportReply:
         refused, touched = apply_events(s, row, body.events)
         refused += apply_logs(s, row, body.logs, now)
         refused += apply_progress(s, row, body.progress)
+        spot.settle(s, touched.jobs | {p.job for p in body.progress if p.checkpoint})
     keys = [f"logs:{c.job}" for c in body.logs] + [
         f"job:{p.job}" for p in body.progress if p.checkpoint
     ]

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Callable
+from typing import Any
 
 from fastapi import APIRouter
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from boltforge.control import quarantine
+from boltforge.control import quarantine, spot
 from boltforge.control.actuate import Touched
 from boltforge.control.api.deps import Admins, People, Rt
 from boltforge.control.api.errors import ERRORS, ApiError
@@ -22,6 +23,7 @@ from boltforge.control.views import HELD, node_out
 from boltforge.control.world import load_world
 from boltforge.core.fragmentation import measure
 from boltforge.wire.jobs import FleetOut, NodeList, NodeOut
+from boltforge.wire.reclaim import ReclaimedJob, ReclaimReply, ReclaimRequest
 
 router = APIRouter(prefix="/v1", tags=["nodes"], responses=ERRORS)
 
@@ -69,11 +71,35 @@ def uncordon(node: str, who: Admins, rt: Rt) -> NodeOut:
     return _quarantine(rt, who, node, "uncordon", lambda s, now: quarantine.uncordon(s, node))
 
 
+@router.post("/nodes/{node}/reclaim")
+def reclaim(node: str, body: ReclaimRequest, who: Admins, rt: Rt) -> ReclaimReply:
+    """A spot reclaim notice: the node's cloud takes it back in ``in_s`` seconds. The node
+    is cordoned and every job on it is asked to checkpoint now, with a grace cut to the time
+    left, then requeues to resume elsewhere; once that time passes the node is gone and what
+    is left there requeues from its last checkpoint, charged no restart (404: no such node).
+    A cloud notice adapter calls this with an admin token (or one made for it)."""
+    told: list[spot.Notice] = []
+
+    def change(s: Session, now: float) -> Touched:
+        told.append(spot.notice(s, node, body.in_s, now))
+        return told[0].touched
+
+    out = _quarantine(rt, who, node, "reclaim", change, in_s=body.in_s)
+    jobs = [ReclaimedJob(job=j, grace_s=g) for j, g in told[0].jobs.items()]
+    return ReclaimReply(node=out, reclaim_at=told[0].reclaim_at, jobs=jobs)
+
+
 def _quarantine(
-    rt: Runtime, who: Caller, node: str, action: str, change: Callable[[Session, float], Touched]
+    rt: Runtime,
+    who: Caller,
+    node: str,
+    action: str,
+    change: Callable[[Session, float], Touched],
+    **detail: Any,
 ) -> NodeOut:
-    """Apply ``change`` under the scheduler's lock, audit it, then wake the loop (a full
-    pass: the fleet the scheduler may use changed) and the nodes and jobs it touched."""
+    """Apply ``change`` under the scheduler's lock, audit it (with ``detail``), then wake the
+    loop (a full pass: the fleet the scheduler may use changed) and the nodes and jobs it
+    touched."""
     now = rt.clock()
     with rt.scheduler.lock, rt.db.session() as s:
         try:
@@ -82,7 +108,7 @@ def _quarantine(
             raise ApiError(
                 404, f"no node {node}. To fix: check the name with `bolt nodes`"
             ) from None
-        audit(s, who, action, node, now)
+        audit(s, who, action, node, now, **detail)
         s.flush()
         row = s.get(NodeRow, node)
         assert row is not None
