@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from control_kit import ADMIN, AGENT, Fleet, Node, make_spec, postgres_server, store_url
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select
 from typer.testing import CliRunner
 
@@ -482,3 +483,23 @@ def test_bolt_submit_shows_the_budget_warning_and_the_refusal(
         assert "error (403) team nlp has spent $50.00 of its $40.00 budget" in result.output
         result = CliRunner().invoke(app, ["submit", str(path), "--priority", "high"])
         assert result.exit_code == 0, result.output
+
+
+def test_metrics_export_each_teams_spend_this_month_and_its_budget(tmp_path: Path) -> None:
+    budgets = {"nlp": Budget(monthly=40.0, soft=0.5)}
+    with priced_fleet(tmp_path, budgets=budgets) as fleet:
+        spend_quarter_hours(fleet, 3)  # nlp: 8 H100 GPUs at $4 for 45 minutes
+        text = fleet.http.get("/metrics").text
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+        assert samples[("bolt_team_spend_dollars", (("team", "nlp"),))] == 24.0
+        (b,) = cost(fleet, "team").budgets
+        assert b.spent == 24.0
+        limits = {k[1]: v for k, v in samples.items() if k[0] == "bolt_team_budget_dollars"}
+        assert limits == {
+            (("limit", "hard"), ("team", "nlp")): 40.0,
+            (("limit", "soft"), ("team", "nlp")): 20.0,
+        }

@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from boltforge.control.lifecycle import ALLOWED
 from boltforge.control.models import NodeRow
+from boltforge.spec.teams import Budget
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "deploy" / "grafana-dashboard.json"
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -54,8 +55,9 @@ def jobs(fleet: Fleet) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def fleet(tmp_path: Path) -> Iterator[Fleet]:
-    """Six 8-GPU nodes: host-4 goes silent until it is dead, host-5 is cordoned."""
-    with Fleet(tmp_path, hosts=6) as f:
+    """Six 8-GPU nodes: host-4 goes silent until it is dead, host-5 is cordoned; team
+    research has a budget."""
+    with Fleet(tmp_path, hosts=6, budgets={"research": Budget(monthly=1000.0)}) as f:
         with f.rt.db.session() as s:
             node = s.get(NodeRow, "host-5")
             assert node is not None

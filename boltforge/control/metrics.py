@@ -36,6 +36,10 @@ series                                 labels              meaning
                                                            shrinks included)
 ``bolt_gpu_hours_lost_total``          -                   GPU-hours of work lost by evictions
 ``bolt_scheduling_passes_total``       -                   passes this server process ran
+``bolt_team_spend_dollars``            team                allocated dollars this calendar
+                                                           month (UTC), running jobs up to now
+``bolt_team_budget_dollars``           team, limit         a budgeted team's monthly (``hard``)
+                                                           and ``soft`` limits
 =====================================  ==================  ===================================
 
 ``bolt_gpu_hours_lost_total`` sums what the scheduler priced each eviction at when it made it
@@ -60,6 +64,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from boltforge.control.budgets import spend
 from boltforge.control.fleet import Fleet
 from boltforge.control.lifecycle import ALLOWED, WAITING
 from boltforge.control.models import EventRow, JobRow, NodeRow, ReplicaRow
@@ -96,7 +101,7 @@ class FleetCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         with self._lock, self.rt.db.session() as s:
             self._follow(s)
-            families = [*self._capacity(s), self._queue(s), self._jobs(s)]
+            families = [*self._capacity(s), self._queue(s), self._jobs(s), *self._spend(s)]
         yield from families
         yield from self._schedule.collect()
         yield CounterMetricFamily(
@@ -186,6 +191,24 @@ class FleetCollector(Collector):
         for state, count in sorted(counts.items()):
             jobs.add_metric([state], count)
         return jobs
+
+    def _spend(self, s: Session) -> list[Metric]:
+        """Each team's spend this month, and the budgeted teams' limits."""
+        now = self.rt.clock()
+        spent = GaugeMetricFamily(
+            "bolt_team_spend_dollars",
+            "Dollars allocated to a team's jobs this calendar month (UTC).",
+            labels=["team"],
+        )
+        for team, dollars in sorted(spend(s, now).items()):
+            spent.add_metric([team], dollars)
+        limits = GaugeMetricFamily(
+            "bolt_team_budget_dollars", "A team's monthly budget limits.", labels=["team", "limit"]
+        )
+        for team, budget in sorted(self.rt.config.budgets.items()):
+            limits.add_metric([team, "hard"], budget.monthly)
+            limits.add_metric([team, "soft"], budget.soft_dollars)
+        return [spent, limits]
 
 
 def _fragmentation(
