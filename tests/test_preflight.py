@@ -1,6 +1,6 @@
 """Preflight and cleanup: the node's checks before a replica starts (NVML, prolog scripts),
 what it cleans up after one ends (leftover processes, /dev/shm files, epilogs), and what the
-server does when a node's preflight fails (cordon it, audited, and place the job elsewhere
+server does when a node's preflight fails (drain it, audited, and place the job elsewhere
 free of its restart budget)."""
 
 from __future__ import annotations
@@ -309,13 +309,18 @@ def gone(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
-# the server: cordon the node, place the job elsewhere, charge nothing
+# the server: drain the node, place the job elsewhere, charge nothing
 
 
-def test_a_failed_preflight_cordons_the_node_and_the_job_runs_elsewhere(tmp_path: Path) -> None:
+def test_a_failed_preflight_drains_the_node_and_the_job_runs_elsewhere(tmp_path: Path) -> None:
     with Fleet(tmp_path, hosts=2) as fleet:
-        job = fleet.submit(make_spec("train", 8, max_restarts=0))
-        [(first, rep)] = [(n, r) for n, node in fleet.nodes.items() for r in node.to_run()]
+        neighbour = fleet.submit(make_spec("neighbour", 4))
+        fleet.start_everything()
+        job = fleet.submit(make_spec("train", 4, max_restarts=0))
+        [(first, rep)] = [
+            (n, r) for n, node in fleet.nodes.items() for r in node.to_run() if r.job == job
+        ]
+        assert {p.node for p in fleet.job(neighbour).placement} == {first}  # packed together
         evidence = "preflight failed: NVML: GPU 3 has 2 uncorrected ECC error(s)"
         ev = {"replica": rep.replica, "job": job, "epoch": rep.epoch, "kind": "failed"}
         fleet.nodes[first].report(
@@ -328,10 +333,11 @@ def test_a_failed_preflight_cordons_the_node_and_the_job_runs_elsewhere(tmp_path
         assert {p.node for p in moved.placement if p.state != "exited"} == {"host-1"}
         [event] = [e for e in moved.events if e.kind == "preflight_failed"]
         assert event.data["node"] == first == "host-0" and event.data["evidence"] == evidence
+        assert fleet.job(neighbour).state == "preempting"  # moves off at its checkpoint
         nodes = {n["name"]: n for n in fleet.http.get("/v1/nodes", headers=ADMIN).json()["nodes"]}
-        assert (nodes[first]["state"], nodes["host-1"]["state"]) == ("cordoned", "ready")
+        assert (nodes[first]["state"], nodes["host-1"]["state"]) == ("draining", "ready")
         audit = fleet.http.get("/v1/audit", headers=ADMIN).json()
-        [entry] = [e for e in audit if e["action"] == "cordon" and e["target"] == first]
+        [entry] = [e for e in audit if e["action"] == "drain" and e["target"] == first]
         assert entry["who"] == "system" and entry["detail"]["evidence"] == evidence
         fleet.finish(job)
         assert fleet.job(job).state == "succeeded"

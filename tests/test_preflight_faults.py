@@ -1,5 +1,5 @@
 """Preflight and cleanup with real processes: a ``bolt server`` and ``bolt agent``s standing in
-for 8-GPU hosts. A host whose prolog fails is cordoned and the job runs elsewhere, never
+for 8-GPU hosts. A host whose prolog fails is drained and the job runs elsewhere, never
 started there; a job's leftover process and /dev/shm file are gone before its GPUs go to the
 next job; and no GPU is ever held by two allocations at once."""
 
@@ -77,7 +77,7 @@ def replicas(cluster: LocalCluster) -> list[ReplicaRow]:
         db.close()
 
 
-def test_a_host_whose_prolog_fails_is_cordoned_and_the_job_runs_elsewhere(tmp_path: Path) -> None:
+def test_a_host_whose_prolog_fails_is_drained_and_the_job_runs_elsewhere(tmp_path: Path) -> None:
     prolog = tmp_path / "ecc-check.sh"
     prolog.write_text('#!/bin/sh\necho "ECC errors on GPUs $CUDA_VISIBLE_DEVICES"\nexit 1\n')
     prolog.chmod(0o755)

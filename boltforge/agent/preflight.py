@@ -1,7 +1,7 @@
 """Preflight: the checks a node runs before it starts a replica. NVML's view of the GPUs (the
 count the inventory declares, no uncorrected ECC errors on the replica's GPUs, NVLink links
 up) where NVML is present, then the ``--prolog`` scripts. A replica whose preflight fails is
-never started on this node: the agent reports it, and the server cordons the node and places
+never started on this node: the agent reports it, and the server drains the node and places
 the job elsewhere."""
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ def agent_command(
         typer.Option(
             metavar="PATH",
             help="Script (or directory of executables) run before each replica starts, with "
-            "its environment; a failure keeps it from starting here and cordons the node. "
+            "its environment; a failure keeps it from starting here and drains the node. "
             "Repeatable.",
         ),
     ] = None,

@@ -1,12 +1,12 @@
 """A node's preflight failed before it started a replica: the node is unfit, not the job.
 
-The node is cordoned (an audit-log entry by ``system``, action ``cordon``, with the evidence)
-so it gets no new work until an operator uncordons it; what already runs there keeps running
-(``bolt nodes drain`` moves it too). The job's allocation ends (the rest of its gang is told
-to stop) and it requeues free of its restart budget, so the scheduler places it on other
-nodes. Unlike a straggler's, this cordon has no fleet allowance: a node that cannot pass its
-own checks cannot run anything. Everything here changes the store only; the caller commits,
-then wakes what ``Touched`` names.
+The job's allocation ends (the rest of its gang is told to stop) and it requeues free of its
+restart budget, so the scheduler places it on other nodes. Then the node is drained (an
+audit-log entry by ``system``, action ``drain``, with the evidence): it gets no new work until
+an operator uncordons it, and the jobs already running there move off at their next
+checkpoint, as ``bolt nodes drain`` moves them. Unlike a straggler's cordon, this drain has no
+fleet allowance: a node that cannot pass its own checks should run nothing. Everything here
+changes the store only; the caller commits, then wakes what ``Touched`` names.
 """
 
 from __future__ import annotations
@@ -20,22 +20,23 @@ from boltforge.control.auth import Caller
 from boltforge.control.health import stop
 from boltforge.control.lifecycle import transition
 from boltforge.control.models import JobRow, NodeRow, ReplicaRow
-from boltforge.control.quarantine import cordon
+from boltforge.control.quarantine import drain
 from boltforge.wire.agent import ReplicaEvent
 
 SYSTEM = Caller("system", "system", None, "preflight")
 KIND = "preflight_failed"
 
 
-def cordon_unfit(s: Session, rep: ReplicaRow, ev: ReplicaEvent) -> Touched:
-    """Cordon ``rep``'s node after its preflight failed (``ev.detail`` is the evidence),
-    audited as done by the system. A node already cordoned is left as it is."""
+def drain_unfit(s: Session, rep: ReplicaRow, ev: ReplicaEvent) -> Touched:
+    """Drain ``rep``'s node after its preflight failed (``ev.detail`` is the evidence),
+    audited as done by the system. Call it after ``requeue``: the refused job is no longer
+    on the node, so only the node's other jobs move."""
     node = s.get(NodeRow, rep.node)
-    if node is None or node.cordoned:
+    if node is None:
         return Touched()
-    touched = cordon(s, node.name)
+    touched = drain(s, node.name, ev.at)
     detail = {"reason": "preflight", "job": rep.job_id, "replica": rep.id, "evidence": ev.detail}
-    audit(s, SYSTEM, "cordon", node.name, ev.at, **detail)
+    audit(s, SYSTEM, "drain", node.name, ev.at, **detail)
     return touched
 
 

@@ -6,7 +6,7 @@ a job that has since been placed elsewhere. The exit of a replica of an older ep
 still leaving after its job was requeued) only frees its GPUs. A replica the node stopped on
 its own (``by_node``: its lease ran out, or its agent shut down) did not finish its job: the
 job requeues and resumes from its last checkpoint, within its restart budget. A replica its
-node's preflight refused (``preflight``) was never started: the node is cordoned and the job
+node's preflight refused (``preflight``) was never started: the node is drained and the job
 placed elsewhere, free of its restart budget (``control.preflight``). What a node cleaned up after a
 replica (leftover processes, shared memory files) lands on the job's timeline.
 """
@@ -46,8 +46,8 @@ def apply_events(
         if ev.kind == "started":
             _started(s, job, rep, ev)
         elif rep.state != "exited":
-            touched |= _node_findings(s, rep, ev)
             touched |= _ended(s, job, rep, ev)
+            touched |= _node_findings(s, rep, ev)
     return refused, touched
 
 
@@ -120,10 +120,11 @@ def _ended(s: Session, job: JobRow, rep: ReplicaRow, ev: ReplicaEvent) -> Touche
 
 
 def _node_findings(s: Session, rep: ReplicaRow, ev: ReplicaEvent) -> Touched:
-    """Cordon the node of a replica its preflight refused; record what a node cleaned up
-    after a replica on the job's timeline."""
+    """Drain the node of a replica its preflight refused (after its job was requeued, so the
+    drain moves only the node's other jobs); record what a node cleaned up after a replica on
+    the job's timeline."""
     if ev.preflight and ev.kind == "failed":
-        return preflight.cordon_unfit(s, rep, ev)
+        return preflight.drain_unfit(s, rep, ev)
     if ev.cleanup:
         data = {"node": rep.node, "replica": rep.id, "epoch": rep.epoch, "cleanup": ev.cleanup}
         record(s, rep.job_id, ev.at, "cleanup", f"node {rep.node}: {ev.cleanup}", data)
