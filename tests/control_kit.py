@@ -85,10 +85,12 @@ class Node:
         self.session = lease["session"]
         return lease
 
-    def heartbeat(self) -> int:
-        r = self.fleet.http.post(
-            f"/v1/agents/{self.name}/heartbeat", json={"session": self.session}, headers=AGENT
-        )
+    def heartbeat(self, gpus: list[dict[str, Any]] | None = None) -> int:
+        """Renew the lease; ``gpus``: the GPU activity NVML would have sampled."""
+        body: dict[str, Any] = {"session": self.session}
+        if gpus is not None:
+            body["gpus"] = gpus
+        r = self.fleet.http.post(f"/v1/agents/{self.name}/heartbeat", json=body, headers=AGENT)
         return int(r.status_code)
 
     def desired(self) -> DesiredState:

@@ -13,7 +13,10 @@ from hypothesis import strategies as st
 from boltforge.core.health import (
     HealthRules,
     RankTimes,
+    Stall,
     Straggler,
+    confirm,
+    gpus_idle_for,
     may_cordon,
     median,
     progress_timeout,
@@ -207,3 +210,43 @@ CORDONS = [
 @pytest.mark.parametrize(("cordoned", "nodes", "allowed"), CORDONS)
 def test_the_cordon_allowance(cordoned: int, nodes: int, allowed: bool) -> None:
     assert may_cordon(cordoned, nodes, RULES) is allowed
+
+
+# GPU activity (NVML): silent but computing is busy, silent and idle with memory held is hung
+
+STALL = Stall(idle_s=700.0, timeout_s=600.0, since=300.0, reported=True)
+
+
+@pytest.mark.parametrize(
+    ("idle_since", "now", "expected"),
+    [
+        pytest.param([100.0, 250.0], 1000.0, 750.0, id="idle since the last GPU went idle"),
+        pytest.param([100.0, None], 1000.0, None, id="one GPU computes"),
+        pytest.param([], 1000.0, None, id="no GPU sampled"),
+    ],
+)
+def test_how_long_a_jobs_gpus_have_sat_idle(
+    idle_since: list[float | None], now: float, expected: float | None
+) -> None:
+    assert gpus_idle_for(idle_since, now) == expected
+
+
+@pytest.mark.parametrize(
+    ("sampled", "gpu_idle_s", "zombie"),
+    [
+        pytest.param(False, None, True, id="no NVML: progress alone decides"),
+        pytest.param(True, None, False, id="a GPU computes: busy, not hung"),
+        pytest.param(True, 600.0, False, id="idle, but not past the timeout"),
+        pytest.param(True, 601.0, True, id="idle with memory held past the timeout"),
+    ],
+)
+def test_nvml_confirms_a_stall(sampled: bool, gpu_idle_s: float | None, zombie: bool) -> None:
+    verdict = confirm(STALL, sampled, gpu_idle_s)
+    assert (verdict is not None) == zombie
+    if verdict is not None and sampled:
+        assert verdict.gpu_idle_s == gpu_idle_s
+        assert "computed nothing for 601 s" in verdict.describe()
+
+
+def test_no_stall_is_never_confirmed() -> None:
+    assert confirm(None, True, 10_000.0) is None

@@ -158,3 +158,41 @@ def test_a_job_that_never_reports_is_judged_only_when_it_opted_in(fleet: Fleet) 
     reclaimed = fleet.job(opted)
     assert reclaimed.state == "failed"
     assert "since its replicas started (no report)" in reclaimed.events[-1].message
+
+
+def sampled_later(fleet: Fleet, seconds: float, util_pct: float, memory_mib: float) -> None:
+    """``later``, every node's heartbeat carrying NVML samples: each GPU at ``util_pct``
+    with ``memory_mib`` in use."""
+    while seconds > 0:
+        step = min(seconds, 5.0)
+        fleet.clock.advance(step)
+        seconds -= step
+        for node in fleet.nodes.values():
+            sample = {"util_pct": util_pct, "memory_used_mib": memory_mib}
+            node.heartbeat(gpus=[{"index": i, **sample} for i in range(node.gpus)])
+        fleet.settle()
+
+
+def test_with_nvml_a_silent_job_is_a_zombie_only_once_its_gpus_sit_idle(fleet: Fleet) -> None:
+    job = fleet.submit(make_spec("eval", 8))
+    fleet.start_everything()
+    report_steps(fleet, job, {0: 0.05}, steps=3)
+    sampled_later(fleet, 90.0, util_pct=97.0, memory_mib=30_000.0)
+    assert fleet.job(job).state == "running"  # silent past its timeout, but computing
+    sampled_later(fleet, 60.0, util_pct=0.0, memory_mib=30_000.0)
+    assert fleet.job(job).state == "running"  # idle since the first idle sample: 55 s
+    sampled_later(fleet, 10.0, util_pct=0.0, memory_mib=30_000.0)
+
+    failed = fleet.job(job)
+    assert failed.state == "failed"
+    last = failed.events[-1]
+    assert last.data["reason"] == "no-progress" and last.data["gpu_idle_s"] == 65.0
+    assert "its GPUs held memory and computed nothing for 65 s" in last.message
+
+
+def test_with_nvml_gpus_that_free_their_memory_are_not_a_hung_job(fleet: Fleet) -> None:
+    job = fleet.submit(make_spec("io-bound", 8))
+    fleet.start_everything()
+    report_steps(fleet, job, {0: 0.05}, steps=3)
+    sampled_later(fleet, 200.0, util_pct=0.0, memory_mib=0.0)
+    assert fleet.job(job).state == "running"

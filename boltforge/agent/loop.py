@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from boltforge import __version__
+from boltforge.agent.activity import sample_gpus
 from boltforge.agent.client import (
     AgentClientError,
     Backoff,
@@ -36,7 +37,14 @@ from boltforge.agent.lease import LeaseClock, Session
 from boltforge.agent.outbox import Batch, Outbox
 from boltforge.agent.preflight import NodeHooks, Preflight
 from boltforge.agent.runtime import Runtime
-from boltforge.wire.agent import Heartbeat, Inventory, Lease, Registration, ReplicaSpec
+from boltforge.wire.agent import (
+    GpuActivity,
+    Heartbeat,
+    Inventory,
+    Lease,
+    Registration,
+    ReplicaSpec,
+)
 
 log = logging.getLogger("boltforge.agent")
 
@@ -172,10 +180,18 @@ class Agent:
         self._wake_converge()
         return session
 
+    async def _gpu_activity(self) -> list[GpuActivity]:
+        """Each GPU's activity where NVML checks this node (see ``preflight``), else none."""
+        preflight = self.runtime.preflight
+        if preflight is None or preflight.nvml is None:
+            return []
+        return await asyncio.to_thread(sample_gpus, preflight.nvml, self.inventory.gpus)
+
     async def _heartbeat(self, session: Session) -> bool:
         """Renew the lease once. False when the session is gone (register again now)."""
         running = self.runtime.statuses() + self.outbox.unreported_exits()
-        body = Heartbeat(session=session.id, running=running, leaving=self._closing)
+        gpus = await self._gpu_activity()
+        body = Heartbeat(session=session.id, running=running, gpus=gpus, leaving=self._closing)
         sent = time.monotonic()
         try:
             lease = await self.client.heartbeat(session.node, body, max(session.heartbeat_s, 1.0))

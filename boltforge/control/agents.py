@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from boltforge.control.activity import merge
 from boltforge.control.actuate import Touched
 from boltforge.control.fleet import check_inventory
 from boltforge.control.lifecycle import HOLDING
@@ -84,7 +85,9 @@ def heartbeat(
     node = current(s, name, hb.session)
     was = node.state
     node.last_heartbeat, node.lease_expires_at = now, now + terms.lease_s
-    node.state, node.health = "suspect" if hb.leaving else "ready", dict(hb.health)
+    gpus = merge((node.health or {}).get("gpus"), hb.gpus, now)
+    node.state = "suspect" if hb.leaving else "ready"
+    node.health = {**hb.health, "gpus": gpus} if gpus else dict(hb.health)
     stop, touched = reconcile(s, node, hb.running, now, forget_missing=False)
     if was != "ready":
         touched.nodes.add(name)

@@ -4,7 +4,9 @@ by policy, their host cordoned and the job moved off), zombies are reclaimed.
 Each check, under the store lock, in the pass's transaction:
 
     # 1. running   the jobs in state ``running``, with their ranks' progress this allocation
-    # 2. zombies   a job past its progress timeout is failed and its replicas stopped
+    # 2. zombies   a job past its progress timeout is failed and its replicas stopped;
+    #              where NVML samples its GPUs, only if they also held memory and computed
+    #              nothing past the timeout (``activity``)
     # 3. stragglers a rank found straggling is recorded once per allocation (a ``straggler``
     #              event with the evidence); with the ``cordon`` action its host is cordoned
     #              (audited as done by ``system``) and the job moves off at its checkpoint
@@ -22,6 +24,7 @@ from collections import defaultdict
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from boltforge.control.activity import idle_since
 from boltforge.control.actuate import HELD, Touched, close_run
 from boltforge.control.audit import audit
 from boltforge.control.auth import Caller
@@ -34,6 +37,8 @@ from boltforge.core.health import (
     Stall,
     Straggler,
     StragglerAction,
+    confirm,
+    gpus_idle_for,
     may_cordon,
     progress_timeout,
     stalled,
@@ -72,6 +77,8 @@ def check(s: Session, rules: HealthRules, now: float) -> Touched:
     for job in jobs:
         rows = ranks.get(job.id, [])
         stall = _stall(job, rows, started.get(job.id), rules, now)
+        if stall is not None:
+            stall = confirm(stall, *_gpus_idle(s, job, now))
         if stall is not None:
             touched |= reclaim(s, job, stall, now)
             continue
@@ -132,6 +139,21 @@ def _stall(
     return stalled(last, started, now, timeout)
 
 
+def _gpus_idle(s: Session, job: JobRow, now: float) -> tuple[bool, float | None]:
+    """Whether NVML samples every GPU of ``job``'s current allocation, and how long all of
+    them have held memory while computing nothing (None: one of them computes)."""
+    q = select(ReplicaRow).where(
+        ReplicaRow.job_id == job.id, ReplicaRow.epoch == job.epoch, ReplicaRow.state.in_(HELD)
+    )
+    since: list[float | None] = []
+    for rep in s.scalars(q):
+        node_since = idle_since(s.get(NodeRow, rep.node), rep.gpus)
+        if node_since is None:
+            return False, None
+        since += node_since
+    return bool(since), gpus_idle_for(since, now)
+
+
 def reclaim(s: Session, job: JobRow, stall: Stall, now: float) -> Touched:
     """Fail running ``job`` for making no progress, with the evidence on its timeline, and
     tell the nodes to stop its replicas (its GPUs are free once they exited)."""
@@ -148,6 +170,8 @@ def reclaim(s: Session, job: JobRow, stall: Stall, now: float) -> Touched:
         "last_step": job.last_step,
         "epoch": job.epoch,
     }
+    if stall.gpu_idle_s is not None:
+        data["gpu_idle_s"] = round(stall.gpu_idle_s, 3)
     transition(s, job, "failed", now, f"failed: {stall.describe()}", "failed", data)
     touched.jobs.add(job.id)
     return touched

@@ -12,13 +12,15 @@ rest are fast, not these slow.
 
 A **zombie** is a job that has made no progress (no rank reported a step) for longer than its
 progress timeout: since its last report, or since its replicas started when it never
-reported in this allocation.
+reported in this allocation. Where NVML samples the job's GPUs, they must also have held
+memory while computing nothing for longer than the timeout: a job that computes without
+reporting is busy, not hung.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -95,17 +97,24 @@ class Straggler:
 
 @dataclass(frozen=True, slots=True)
 class Stall:
-    """A zombie verdict: no progress for ``idle_s`` (> ``timeout_s``) since ``since``."""
+    """A zombie verdict: no progress for ``idle_s`` (> ``timeout_s``) since ``since``; where
+    NVML samples the job's GPUs, ``gpu_idle_s`` is how long all of them have held memory
+    while computing nothing."""
 
     idle_s: float
     timeout_s: float
     since: float
     reported: bool
+    gpu_idle_s: float | None = None
 
     def describe(self) -> str:
-        """``no progress for 612 s (timeout 600 s; last step reported ...)``."""
+        """``no progress for 612 s since its last step report; timeout 600 s``, and what
+        NVML saw."""
         what = "its last step report" if self.reported else "its replicas started (no report)"
-        return f"no progress for {self.idle_s:.0f} s since {what}; timeout {self.timeout_s:.0f} s"
+        text = f"no progress for {self.idle_s:.0f} s since {what}; timeout {self.timeout_s:.0f} s"
+        if self.gpu_idle_s is not None:
+            text += f"; its GPUs held memory and computed nothing for {self.gpu_idle_s:.0f} s"
+        return text
 
 
 def median(values: Sequence[float]) -> float:
@@ -176,6 +185,27 @@ def stalled(
     if idle <= timeout_s:
         return None
     return Stall(idle, timeout_s, since, last_report is not None)
+
+
+def gpus_idle_for(idle_since: Sequence[float | None], now: float) -> float | None:
+    """How long every one of a job's GPUs has held memory while computing nothing, given when
+    each one became so (None: it computes, or holds no memory); None when any GPU is busy or
+    none was sampled."""
+    if not idle_since or any(t is None for t in idle_since):
+        return None
+    return now - max(t for t in idle_since if t is not None)
+
+
+def confirm(stall: Stall | None, sampled: bool, gpu_idle_s: float | None) -> Stall | None:
+    """A progress ``stall`` checked against the GPUs where NVML samples them (``sampled``):
+    a job whose GPUs computed within its timeout is busy, just not reporting, and is no
+    zombie; one whose GPUs all sat idle with memory held past it is. Without samples the
+    stall stands on progress alone."""
+    if stall is None or not sampled:
+        return stall
+    if gpu_idle_s is None or gpu_idle_s <= stall.timeout_s:
+        return None
+    return replace(stall, gpu_idle_s=gpu_idle_s)
 
 
 def may_cordon(cordoned: int, nodes: int, rules: HealthRules) -> bool:

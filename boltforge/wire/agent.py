@@ -74,15 +74,25 @@ class Lease(_Wire):
     desired_version: int = 0
 
 
+class GpuActivity(_Wire):
+    """One GPU's activity as NVML sampled it: compute utilization (percent of the last sample
+    period a kernel ran) and device memory in use."""
+
+    index: int = Field(ge=0)
+    util_pct: float = Field(ge=0, le=100)
+    memory_used_mib: float = Field(ge=0)
+
+
 class Heartbeat(_Wire):
     """``POST /v1/agents/{node}/heartbeat``: renew the lease, say what runs, and how the node
-    feels (``health``: free-form facts such as a failed preflight check). ``leaving``: the
-    agent is shutting down; the node keeps its lease while its replicas stop, but is to get
-    no new work (it stays ``suspect``)."""
+    feels (``health``: free-form facts such as a failed preflight check; ``gpus``: each GPU's
+    activity, where NVML is present). ``leaving``: the agent is shutting down; the node keeps
+    its lease while its replicas stop, but is to get no new work (it stays ``suspect``)."""
 
     session: str
     running: list[ReplicaStatus] = []
     health: dict[str, str] = {}
+    gpus: list[GpuActivity] = []
     leaving: bool = False
 
 
