@@ -19,10 +19,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, defer
 
 from boltforge.control.fleet import Fleet, build_fleet
+from boltforge.control.interruptions import routing_facts
 from boltforge.control.lifecycle import HOLDING, WAITING
 from boltforge.control.models import JobRow, NodeRow, ReplicaRow, RunRow
 from boltforge.core.cycle import Snapshot
 from boltforge.core.quota import lineage
+from boltforge.core.routing import RoutingFacts
 from boltforge.core.state import Allocation, Conflict, FleetState, Grant
 from boltforge.core.workload import Job, Running, Usage
 from boltforge.spec.errors import SpecError
@@ -33,6 +35,7 @@ from boltforge.wire.agent import Inventory
 ACTIVE = ("waiting", "starting", "running", "stopping")
 USABLE_NODES = ("ready", "suspect")  # live: they hold their jobs
 PLACEABLE_NODES = ("ready",)  # suspect nodes keep their jobs but get no new ones
+ROUTING_REFRESH_S = 60.0  # how often interruption rates are re-read from the store
 
 
 @dataclass
@@ -43,6 +46,7 @@ class Caches:
 
     fleets: dict[tuple[object, ...], Fleet] = field(default_factory=dict)
     jobs: dict[str, Job | None] = field(default_factory=dict)
+    routing: tuple[float, RoutingFacts] | None = None
 
 
 @dataclass
@@ -58,6 +62,7 @@ class World:
     replicas: dict[str, list[ReplicaRow]]
     unresolved: dict[str, str]
     now: float
+    routing: RoutingFacts | None = None
 
     def snapshot(self, usage: Usage, recent: tuple[tuple[float, int], ...]) -> Snapshot:
         return Snapshot(
@@ -67,6 +72,7 @@ class World:
             self.now,
             usage=usage,
             recent_preemptions=recent,
+            routing=self.routing,
         )
 
 
@@ -117,13 +123,28 @@ def load_world(
         row = s.get(JobRow, extra)
         if row is not None:
             rows[extra] = row
-    world = World(fleet, state, nodes, rows, [], [], by_job, {}, now)
+    world = World(
+        fleet, state, nodes, rows, [], [], by_job, {}, now, _routing(s, fleet, nodes, now, caches)
+    )
     _hold(world, caches)
     for row in sorted((r for r in rows.values() if r.state in WAITING), key=lambda r: r.id):
         job = _job(world, row, caches)
         if job is not None:
             world.pending.append(job)
     return world
+
+
+def _routing(
+    s: Session, fleet: Fleet, nodes: dict[str, NodeRow], now: float, caches: Caches
+) -> RoutingFacts | None:
+    """Observed interruption rates for cost-aware routing (``control/interruptions.py``),
+    re-read every ``ROUTING_REFRESH_S``; None when the fleet has no priced choice to make."""
+    pools = fleet.tree.pools
+    if len(pools) < 2 or all(p.price_per_gpu_hour <= 0 for p in pools):
+        return None
+    if caches.routing is None or now - caches.routing[0] >= ROUTING_REFRESH_S:
+        caches.routing = (now, routing_facts(s, fleet.tree, nodes, now))
+    return caches.routing[1]
 
 
 def _hold(world: World, caches: Caches) -> None:

@@ -53,6 +53,7 @@ from boltforge.core.preempt import (
     release_victims,
 )
 from boltforge.core.quota import QuotaTree, Verdict, admit, reclaimable_for
+from boltforge.core.routing import Route, RoutingFacts, fences, note_for, route_job
 from boltforge.core.single import plan_on_host
 from boltforge.core.state import Allocation, FleetState, Grant
 from boltforge.core.topology import TopologyTree
@@ -77,6 +78,7 @@ class Snapshot:
     quota: QuotaTree | None = None
     usage: Usage = field(default_factory=Usage)
     recent_preemptions: tuple[tuple[float, int], ...] = ()
+    routing: RoutingFacts | None = None
 
     @cached_property
     def held(self) -> dict[str, dict[str, int]]:
@@ -116,6 +118,7 @@ class _Pass:
     preempt_attempts: int = 0
     last_host: tuple[tuple[object, ...], Placement] | None = None
     evicted: set[str] = field(default_factory=set)
+    routing: RoutingFacts | None = None
 
 
 def run_cycle(
@@ -172,6 +175,7 @@ def _new_pass(snap: Snapshot, policy: Policy, holdings: dict[str, dict[str, int]
     running = {r.job.id: r for r in snap.running}
     p = _Pass(policy, snap.now, snap.state.copy(), running, snap.quota, holdings)
     p.recent = list(snap.recent_preemptions)
+    p.routing = snap.routing
     p.preempt_attempts = policy.preempt_attempts
     return p
 
@@ -209,15 +213,18 @@ def _consider_one(
 ) -> None:
     blocked = _blocked_hosts(p, job)
     shape = _shape(job.gang, blocked)
+    route = None if p.routing is None else route_job(p.work.tree, job, p.routing, p.now)
+    if route is not None:  # cost-aware routing (core/routing.py): the route is part of the shape
+        shape = (*shape, route.key)
     if shape in p.failed_shapes:
         reason, detail = p.failed_shapes[shape]
         p.waiting.append(Waiting(job.id, position, reason, detail, None))
         return
-    placement = None if upcoming else _repeat(p, job, shape)
+    placement = None if upcoming or route is not None else _repeat(p, job, shape)
     reasons: tuple[str, ...] = ()
     never = False
     if placement is None:
-        placement, reasons, never = _place(p, job.gang, blocked, upcoming)  # 3. place
+        placement, reasons, never = _place(p, job.gang, blocked, upcoming, route)  # 3. place
     if placement is not None:
         verdict = _admit(p, job, placement)  # 4. admit
         if not verdict.ok:
@@ -294,13 +301,26 @@ def _shape(gang: Gang, blocked: frozenset[int]) -> tuple[object, ...]:
 
 
 def _place(
-    p: _Pass, gang: Gang, blocked: frozenset[int], upcoming: tuple[Gang, ...] = ()
+    p: _Pass,
+    gang: Gang,
+    blocked: frozenset[int],
+    upcoming: tuple[Gang, ...] = (),
+    route: Route | None = None,
 ) -> tuple[Placement | None, tuple[str, ...], bool]:
     """Place on the pass's state with ``blocked`` hosts fenced off; (placement, reasons, never).
 
     With ``upcoming`` gangs (the next jobs in line, near the head of the queue) the engine's
     choice is checked by lookahead and moved when it would strand one of them.
     """
+    if route is not None:  # each group of pools in the route's order, then any mix of them
+        tries, excluded = fences(p.work.tree, route)
+        for fenced in tries:
+            placement, _, _ = _place(p, gang, blocked | fenced, upcoming)
+            if placement is not None:
+                why = note_for(p.work.tree, route, placement)
+                notes = (*placement.notes, why) if why else placement.notes
+                return replace(placement, notes=notes), (), False
+        blocked = blocked | excluded
     saved = p.work.cordoned.copy()
     if blocked:
         p.work.cordoned[list(blocked)] = True
