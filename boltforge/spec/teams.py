@@ -1,10 +1,20 @@
-"""The teams file a server reads (``bolt server --teams teams.yaml``): each team's budget.
+"""The teams file a server reads (``bolt server --teams teams.yaml``): each team's GPU quota,
+when its unused guarantee is lent, and its budget.
 
 ```yaml
+lending: {below: 0.5, after: 24h}          # server-wide default (this one is built in)
 teams:
   nlp:
-    budget: {monthly: 10000, soft: 0.8}   # dollars per calendar month (UTC); warn at 80 %
+    quota: {guaranteed: 64, burst: 128}    # GPUs in any pool; or per pool: {h100: 64}
+    lending: {below: 0.25, after: 12h}     # this team's own rule (optional)
+    budget: {monthly: 10000, soft: 0.8}    # dollars per calendar month (UTC); warn at 80 %
 ```
+
+``guaranteed`` GPUs are the team's entitlement: borrowers of them are preempted to give them
+back. ``burst`` is the most the team may hold, borrowed GPUs included. A number means any pool
+(``"*"`` in ``core/quota.py``); a mapping gives pools their own entries. A guarantee used below
+``lending.below`` of itself for ``lending.after`` is lent to the shared pool until the team
+needs it again (``core/lending.py``); ``below: 0`` never lends.
 
 ``monthly`` is the hard limit in dollars: once a team's spend this month reaches it, its
 non-production submissions (priority ``normal`` or ``low``) are refused. ``soft`` is the share
@@ -15,12 +25,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from boltforge.core.lending import DAY_S, LendRule
+from boltforge.core.quota import ANY, QueueSpec, QuotaError, QuotaTree
+from boltforge.spec import units
 from boltforge.spec.errors import SpecError, from_validation
+from boltforge.spec.job import NAME
 from boltforge.spec.loader import read_yaml
+
+Duration = Annotated[float, BeforeValidator(units.seconds)]
+Gpus = int | dict[str, int]
 
 
 class _Strict(BaseModel):
@@ -38,19 +55,71 @@ class Budget(_Strict):
         return self.monthly * self.soft
 
 
+class Quota(_Strict):
+    """A team's GPUs: ``guaranteed`` and at most ``burst``, in any pool (a number) or per pool."""
+
+    guaranteed: Gpus = 0
+    burst: Gpus | None = None
+
+    def queue(self, team: str) -> QueueSpec:
+        return QueueSpec(team, _pools(self.guaranteed), _pools(self.burst))
+
+    @model_validator(mode="after")
+    def _fits(self) -> Self:
+        try:
+            QuotaTree.build([self.queue("team")])
+        except QuotaError as e:
+            problems = (p.replace("queue team", "the quota") for p in e.problems)
+            raise ValueError("; ".join(problems)) from None
+        return self
+
+
+class Lending(_Strict):
+    """Lend a guarantee used below ``below`` (a share of it) for ``after``."""
+
+    below: float = Field(0.5, ge=0, le=1)
+    after: Duration = DAY_S
+
+    def rule(self) -> LendRule:
+        return LendRule(self.below, self.after)
+
+
 class TeamSpec(_Strict):
     """What the server knows about one team."""
 
+    quota: Quota | None = None
+    lending: Lending | None = None
     budget: Budget | None = None
 
 
 class TeamsSpec(_Strict):
     """Every configured team by name; teams not named here have no budget."""
 
-    teams: dict[str, TeamSpec] = Field(default_factory=dict)
+    lending: Lending = Field(default_factory=Lending)
+    teams: dict[Annotated[str, Field(pattern=NAME)], TeamSpec] = Field(default_factory=dict)
 
     def budgets(self) -> dict[str, Budget]:
         return {name: t.budget for name, t in self.teams.items() if t.budget is not None}
+
+    def queues(self) -> list[QueueSpec]:
+        """One queue per team with a quota, for ``QuotaTree.build``."""
+        return [t.quota.queue(name) for name, t in sorted(self.teams.items()) if t.quota]
+
+    def lend_rules(self) -> dict[str, LendRule]:
+        """Each team with a guarantee and the rule that lends it (its own, else the default)."""
+        return {
+            q.path: (self.teams[q.path].lending or self.lending).rule()
+            for q in self.queues()
+            if any(q.guaranteed.values())
+        }
+
+
+def _pools(gpus: Gpus | None) -> dict[str, int]:
+    if gpus is None:
+        return {}
+    if isinstance(gpus, int):
+        return {ANY: gpus} if gpus else {}
+    return dict(gpus)
 
 
 def parse_teams(data: Any, source: str = "teams") -> TeamsSpec:
