@@ -1,4 +1,5 @@
-"""``bolt simulate``: replay a trace under several policies side by side and compare them."""
+"""``bolt simulate``: replay a trace under several policies, on one fleet or several, side by
+side, and compare them."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import shlex
 import sys
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing import Manager
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,12 +20,15 @@ from rich.table import Table
 
 from boltforge.cli.common import EXIT_BAD_INPUT, console, errors, print_json, spec_errors
 from boltforge.core.policy import POLICIES, named
+from boltforge.sim.costs import COST_COLUMNS, cost_rows
 from boltforge.sim.engine import SimConfig, simulate
+from boltforge.sim.jobs import with_deadlines
 from boltforge.sim.metrics import Metrics, compute, to_json
 from boltforge.sim.records import SimResult, TraceJob
 from boltforge.sim.report import COLUMNS, comparison_rows, write_report
+from boltforge.sim.spot import reclaims_of
 from boltforge.sim.traces import TraceError, load_trace, offered_load, scale_load
-from boltforge.spec.fleet import load_fleet
+from boltforge.spec.fleet import FleetSpec, load_fleet, load_fleet_spec
 
 JSON_KEYS = (
     "jobs",
@@ -48,13 +52,20 @@ JSON_KEYS = (
     "avg_fragmentation",
     "dollars",
     "dollars_by_pool",
+    "reclaims",
+    "jobs_reclaimed",
+    "gpu_hours_lost_reclaim",
+    "deadline_jobs",
+    "deadlines_met",
+    "deadline_hit_rate",
 )
 
 
 @dataclass(frozen=True)
 class Job:
-    """One policy's replay, as sent to a worker process."""
+    """One run (a policy on a fleet), as sent to a worker process; ``label`` names it."""
 
+    label: str
     fleet: Path
     trace: list[TraceJob]
     config: SimConfig
@@ -63,7 +74,7 @@ class Job:
 def _replay(job: Job, progress: Any) -> SimResult:
     """Worker: load the fleet, replay, report progress into the shared dict."""
     tree = load_fleet(job.fleet)
-    name = job.config.policy.name
+    name = job.label
 
     def tick(done: int, total: int) -> None:
         progress[name] = (done, total)
@@ -75,7 +86,9 @@ def _replay(job: Job, progress: Any) -> SimResult:
 
 
 def simulate_command(
-    fleet: Annotated[Path, typer.Option(help="Fleet spec (YAML).")],
+    fleet: Annotated[
+        list[Path], typer.Option(help="Fleet spec (YAML); repeat it to compare fleets.")
+    ],
     trace: Annotated[
         str, typer.Option(help="Trace file (ITP, Philly or Boltforge CSV) or synthetic:N.")
     ],
@@ -88,13 +101,31 @@ def simulate_command(
     load_scale: Annotated[
         float, typer.Option(help="Compress arrivals by this factor (2: twice the load).")
     ] = 1.0,
-    seed: Annotated[int, typer.Option(help="Seed for failures and derived teams.")] = 0,
+    seed: Annotated[
+        int, typer.Option(help="Seed for failures, reclaims, deadlines and derived teams.")
+    ] = 0,
     teams: Annotated[int, typer.Option(help="Teams to derive where the trace has none.")] = 8,
     failures: Annotated[float, typer.Option(help="Host failures per 1,000 GPUs per day.")] = 2.0,
     checkpoint_interval: Annotated[
         float, typer.Option(help="Seconds between checkpoints.")
     ] = 1800.0,
     restart_overhead: Annotated[float, typer.Option(help="Reload and warm-up seconds.")] = 120.0,
+    checkpoint_write: Annotated[
+        float, typer.Option(help="Seconds a job needs to checkpoint when a reclaim warns it.")
+    ] = 60.0,
+    cost_routing: Annotated[
+        bool,
+        typer.Option(
+            help="Cost-aware routing: send each job to its cheapest pool that meets "
+            "its deadline (off: pools chosen by fit alone)."
+        ),
+    ] = False,
+    deadline_share: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Fraction of jobs given a deadline (seeded).")
+    ] = 0.0,
+    deadline_slack: Annotated[
+        float, typer.Option(min=0.0, help="A deadline is submit + slack x runtime.")
+    ] = 2.0,
     team_queues: Annotated[
         bool, typer.Option(help="One fair-share queue per team (off: teams share one factor).")
     ] = True,
@@ -111,47 +142,105 @@ def simulate_command(
         bool, typer.Option("--markdown", help="Print the comparison as a Markdown table.")
     ] = False,
 ) -> None:
-    """Replay a trace through the scheduling core under each policy and compare the outcomes.
+    """Replay a trace through the scheduling core under each policy, on each fleet, and compare
+    the outcomes.
 
-    Policies run in parallel processes. Exits 2 on a bad fleet, trace or policy name.
+    Runs go in parallel processes. A spot pool with a ``reclaim`` process loses hosts at random
+    (seeded); ``--deadline-share`` gives that fraction of jobs a deadline. With several fleets,
+    or with reclaims or deadlines, a cost table (dollars by pool, JCT, deadlines met, what
+    reclaims cost) follows the comparison. Exits 2 on a bad fleet, trace, policy name or option.
     """
     names = _policies(policy)
-    with spec_errors():
-        tree = load_fleet(fleet)
+    specs = _fleets(fleet)
     jobs = _trace(trace, format, teams, seed, load_scale, limit)
-    configs = [
-        SimConfig(
-            named(n),
-            seed=seed,
-            checkpoint_interval_s=checkpoint_interval,
-            restart_overhead_s=restart_overhead,
-            failures_per_1000_gpu_day=failures,
-            team_queues=team_queues,
-        )
-        for n in names
-    ]
-    load = offered_load(jobs, tree.total_gpus) if len(jobs) > 1 else 0.0
-    errors.print(
-        f"{len(jobs):,} jobs on {tree.name} ({tree.total_gpus:,} GPUs), offered load {load:.2f}",
-        highlight=False,
+    if deadline_share > 0:
+        jobs = with_deadlines(jobs, deadline_slack, deadline_share, seed)
+    base = SimConfig(
+        named(names[0]),
+        seed=seed,
+        checkpoint_interval_s=checkpoint_interval,
+        restart_overhead_s=restart_overhead,
+        failures_per_1000_gpu_day=failures,
+        team_queues=team_queues,
+        checkpoint_write_s=checkpoint_write,
+        cost_routing=cost_routing,
     )
+    runs = _runs(fleet, specs, names, jobs, base)
+    for spec in specs:
+        total = spec.to_tree().total_gpus
+        load = offered_load(jobs, total) if len(jobs) > 1 else 0.0
+        errors.print(
+            f"{len(jobs):,} jobs on {spec.name} ({total:,} GPUs), offered load {load:.2f}",
+            highlight=False,
+        )
     start = time.perf_counter()
-    results = _run_all(fleet, jobs, configs, workers or os.cpu_count() or 1)
+    results = _run_all(runs, workers or os.cpu_count() or 1)
     wall = time.perf_counter() - start
-    metrics = {name: compute(results[name]) for name in names}
+    metrics = {run.label: compute(results[run.label]) for run in runs}
+    cost = len(specs) > 1 or deadline_share > 0 or any(r.config.reclaims for r in runs)
     if report is not None:
         command = "bolt simulate " + " ".join(shlex.quote(a) for a in sys.argv[2:])
-        page = write_report(results, metrics, report, f"{trace} on {tree.name}", command)
+        title = f"{trace} on {', '.join(s.name for s in specs)}"
+        page = write_report(results, metrics, report, title, command, cost)
         errors.print(f"report: {page}", highlight=False)
     if json:
-        print_json(
-            {"policies": {n: _json(m) for n, m in metrics.items()}, "wall_s": round(wall, 2)}
-        )
+        print_json(_json_out(runs, metrics, len(specs) > 1) | {"wall_s": round(wall, 2)})
         return
     if markdown:
         sys.stdout.write(markdown_table(metrics))
+        if cost:
+            sys.stdout.write("\n" + cost_markdown(metrics))
         return
     _print_table(metrics, wall, results)
+    if cost:
+        _print_costs(metrics)
+
+
+def _fleets(paths: list[Path]) -> list[FleetSpec]:
+    """Each fleet spec, validated (exit 2 naming the field on a problem)."""
+    with spec_errors():
+        return [load_fleet_spec(p) for p in paths]
+
+
+def _runs(
+    paths: list[Path],
+    specs: list[FleetSpec],
+    names: list[str],
+    trace: list[TraceJob],
+    base: SimConfig,
+) -> list[Job]:
+    """One run per fleet and policy. Labels are the policy names on one fleet, the fleet names
+    when one policy runs on several fleets, else ``fleet:policy``; fleets that share a name are
+    told apart by file name."""
+    fleet_names = [s.name for s in specs]
+    if len(set(fleet_names)) < len(fleet_names):
+        fleet_names = [str(p) for p in paths]
+    out = []
+    for path, spec, fleet_name in zip(paths, specs, fleet_names, strict=True):
+        for n in names:
+            config = replace(base, policy=named(n), reclaims=reclaims_of(spec))
+            out.append(Job(_label(fleet_name, n, len(specs), len(names)), path, trace, config))
+    return out
+
+
+def _label(fleet: str, policy: str, fleets: int, policies: int) -> str:
+    if fleets == 1:
+        return policy
+    return fleet if policies == 1 else f"{fleet}:{policy}"
+
+
+def _json_out(runs: list[Job], metrics: dict[str, Metrics], several: bool) -> dict[str, Any]:
+    """``{"policies": {...}}`` on one fleet; ``{"runs": {label: {fleet, policy, ...}}}`` on
+    several."""
+    if not several:
+        return {"policies": {n: _json(m) for n, m in metrics.items()}}
+    return {
+        "runs": {
+            r.label: {"fleet": str(r.fleet), "policy": r.config.policy.name}
+            | _json(metrics[r.label])
+            for r in runs
+        }
+    }
 
 
 def _policies(text: str) -> list[str]:
@@ -182,12 +271,10 @@ def _trace(
     return jobs[:limit] if limit is not None else jobs
 
 
-def _run_all(
-    fleet: Path, trace: list[TraceJob], configs: list[SimConfig], workers: int
-) -> dict[str, SimResult]:
-    """Run each config in its own process (at most ``workers`` at once), with a progress bar
-    per policy on stderr. The results do not depend on ``workers``."""
-    workers = max(1, min(len(configs), workers))
+def _run_all(runs: list[Job], workers: int) -> dict[str, SimResult]:
+    """Run each job in its own process (at most ``workers`` at once), with a progress bar
+    per run on stderr. The results do not depend on ``workers``."""
+    workers = max(1, min(len(runs), workers))
     columns = (
         TextColumn("{task.description:>12}"),
         BarColumn(),
@@ -197,10 +284,10 @@ def _run_all(
     with Manager() as manager, ProcessPoolExecutor(workers) as pool:
         shared = manager.dict()
         futures: dict[str, Future[SimResult]] = {
-            c.policy.name: pool.submit(_replay, Job(fleet, trace, c), shared) for c in configs
+            r.label: pool.submit(_replay, r, shared) for r in runs
         }
         with Progress(*columns, console=errors, transient=False) as bars:
-            tasks = {n: bars.add_task(n, total=len(trace)) for n in futures}
+            tasks = {n: bars.add_task(n, total=len(runs[0].trace)) for n in futures}
             while not all(f.done() for f in futures.values()):
                 _update(bars, tasks, dict(shared), futures)
                 time.sleep(0.2)
@@ -271,6 +358,33 @@ def markdown_table(metrics: dict[str, Metrics]) -> str:
     ]
     for row in comparison_rows(metrics):
         lines.append("| " + " | ".join(row[k] for k, _ in MARKDOWN_COLUMNS) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _print_costs(metrics: dict[str, Metrics]) -> None:
+    table = Table(
+        title="Cost, spot reclaims and deadlines",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1),
+        collapse_padding=True,
+        pad_edge=False,
+    )
+    for key, header in COST_COLUMNS:
+        table.add_column(header, justify="left" if key in ("run", "dollars_by_pool") else "right")
+    for row in cost_rows(metrics):
+        table.add_row(*(row[k] for k, _ in COST_COLUMNS))
+    console.print(table)
+
+
+def cost_markdown(metrics: dict[str, Metrics]) -> str:
+    """The cost table (``COST_COLUMNS``) as Markdown."""
+    header = [h for _, h in COST_COLUMNS]
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join(["---", "---:", "---", *("---:" for _ in header[3:])]) + "|",
+    ]
+    for row in cost_rows(metrics):
+        lines.append("| " + " | ".join(row[k] for k, _ in COST_COLUMNS) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -12,8 +12,8 @@ fleet, configuration and seed give the same result.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
 import numpy as np
@@ -27,12 +27,21 @@ from boltforge.core.modes import fits_empty, shape_of
 from boltforge.core.placement import place_gang
 from boltforge.core.policy import Ordering, Policy
 from boltforge.core.quota import QueueSpec, QuotaTree, lineage
+from boltforge.core.routing import RoutingFacts
 from boltforge.core.state import FleetState
 from boltforge.core.topology import TopologyTree
 from boltforge.core.workload import Job, Running, Usage
-from boltforge.sim.execution import Segment, finished, interrupted, slowdown
+from boltforge.sim.execution import (
+    Segment,
+    evacuated,
+    finished,
+    interrupted,
+    slowdown,
+    warmup_gpu_s,
+)
 from boltforge.sim.jobs import to_job
 from boltforge.sim.records import JobRecord, Sample, SimResult, TraceJob
+from boltforge.sim.spot import Reclaim, ReclaimClock
 
 Progress = Callable[[int, int], None]  # (jobs done or dropped, jobs in the trace)
 
@@ -46,7 +55,12 @@ class SimConfig:
     on this period (None: on events only). ``usage_refresh_s``: how often fair-share usage is
     brought forward. ``team_queues``: give the scheduler one queue per team (``team_tree``), so
     fair share ranks teams by decayed usage; without them every team shares the root's factor
-    and only the dominant-share tie-break tells teams apart.
+    and only the dominant-share tie-break tells teams apart. ``reclaims``: the reclaim process
+    of each spot pool, by pool name (see ``boltforge.sim.spot``); ``checkpoint_write_s``: how
+    long a job takes to write a checkpoint when a reclaim warns it. ``cost_routing``: hand the
+    cycle the facts cost-aware routing needs (``boltforge.core.routing``): each pool's
+    interruptions per host-hour (its reclaim rate plus the failure rate) and each job's spot
+    reclaims so far; off, the cycle places jobs without regard to price.
     """
 
     policy: Policy
@@ -58,6 +72,9 @@ class SimConfig:
     interval_s: float | None = None
     usage_refresh_s: float = 600.0
     team_queues: bool = True
+    reclaims: Mapping[str, Reclaim] = field(default_factory=dict)
+    checkpoint_write_s: float = 60.0
+    cost_routing: bool = False
 
 
 class Kind(IntEnum):
@@ -65,9 +82,20 @@ class Kind(IntEnum):
 
     FINISH = 0
     REPAIR = 1
-    FAILURE = 2
-    ARRIVAL = 3
-    TICK = 4
+    RETURN = 2
+    HOST_GONE = 3
+    RECLAIM = 4
+    FAILURE = 5
+    ARRIVAL = 6
+    TICK = 7
+
+
+class Cause(IntEnum):
+    """Why a run stopped before it finished."""
+
+    PREEMPTED = 0
+    FAILED = 1
+    RECLAIMED = 2
 
 
 @dataclass(slots=True)
@@ -91,9 +119,11 @@ class Simulation:
         self.policy = config.policy
         self.state = FleetState(tree)
         self.rng = np.random.default_rng(config.seed)
+        self.spot = ReclaimClock(tree, config.reclaims, config.seed)
         self.trace = trace
         self.records = {
-            t.id: JobRecord(t.id, t.team, t.gpus, t.submit_s, t.duration_s) for t in trace
+            t.id: JobRecord(t.id, t.team, t.gpus, t.submit_s, t.duration_s, deadline_s=t.deadline_s)
+            for t in trace
         }
         self.remaining = {t.id: t.duration_s for t in trace}
         self.pending: dict[str, Job] = {}
@@ -133,7 +163,10 @@ class Simulation:
         self.jobs = jobs
         for t in self.trace:
             self._push(t.submit_s, Kind.ARRIVAL, t.id)
-        self._schedule_failure(self.trace[0].submit_s if self.trace else 0.0)
+        first = self.trace[0].submit_s if self.trace else 0.0
+        self._schedule_failure(first)
+        for pool in self.spot.processes:
+            self._push(self.spot.next_after(pool, first), Kind.RECLAIM, pool)
         if self.config.interval_s:
             self._push(self.config.interval_s, Kind.TICK)
         self.arrivals_left = len(self.trace)
@@ -162,10 +195,14 @@ class Simulation:
                 freed |= self._finish(key, seq)
             elif kind == Kind.FAILURE:
                 freed |= self._fail()
-            elif kind == Kind.REPAIR:
+            elif kind in (Kind.REPAIR, Kind.RETURN):
                 self.repairs_left -= 1
                 self.state.cordoned[int(key)] = False
                 freed = True
+            elif kind == Kind.RECLAIM:
+                freed |= self._reclaim(key)
+            elif kind == Kind.HOST_GONE:
+                freed |= self._host_gone(int(key))
             else:
                 tick = True
                 if self.config.interval_s and self.done < len(self.trace):
@@ -221,13 +258,26 @@ class Simulation:
             quota=self.quota,
             usage=self.usage,
             recent_preemptions=tuple(self.recent),
+            routing=self._routing() if self.config.cost_routing else None,
         )
+
+    def _routing(self) -> RoutingFacts:
+        """Interruptions per host-hour by pool (configured, not observed) and spot reclaims
+        by waiting job."""
+        failure = self.config.failures_per_1000_gpu_day / 1000.0 / 24.0
+        rates = {}
+        for pool in self.tree.pools:
+            reclaim = self.config.reclaims.get(pool.name)
+            spot = reclaim.rate_per_host_day / 24.0 if reclaim is not None else 0.0
+            rates[pool.name] = spot + failure * pool.gpus_per_host
+        bumped = {k: self.records[k].reclaims for k in self.pending if self.records[k].reclaims}
+        return RoutingFacts(rates, bumped)
 
     def _apply(self, result: CycleResult) -> None:
         self.result.cycles += 1
         for ev in result.evictions:
             if ev.job in self.live:
-                self._interrupt(ev.job, preempted=True)
+                self._interrupt(ev.job, Cause.PREEMPTED)
         for bind in result.binds:
             self._start(bind.job, bind.placement)
 
@@ -276,19 +326,28 @@ class Simulation:
         self._report()
         return True
 
-    def _interrupt(self, key: str, preempted: bool) -> None:
+    def _interrupt(self, key: str, cause: Cause, saved: bool = False) -> None:
+        """Stop ``key``'s run now and requeue it; ``saved``: it checkpointed just before, so it
+        keeps all its progress (else only up to its last periodic checkpoint)."""
         live = self._stop(key)
-        out = interrupted(live.segment, self.now, self.config.checkpoint_interval_s)
+        seg = live.segment
+        if saved:
+            out = evacuated(seg, self.now)
+        else:
+            out = interrupted(seg, self.now, self.config.checkpoint_interval_s)
         self._charge(key, live, out.allocated_gpu_s, out.productive_gpu_s, out.lost_gpu_s)
         self.remaining[key] = max(self.remaining[key] - out.work_s, 0.0)
         record = self.records[key]
         job = live.run.job
-        if preempted:
+        if cause == Cause.PREEMPTED:
             record.preemptions += 1
             self.last_preempted[key] = self.now
             self.recent.append((self.now, job.gpus))
-        else:
+        elif cause == Cause.FAILED:
             record.failures += 1
+        else:
+            record.reclaims += 1
+            record.reclaim_lost_gpu_s += out.lost_gpu_s - warmup_gpu_s(seg, self.now)
         attained = job.attained_gpu_seconds + out.allocated_gpu_s
         self.pending[key] = replace(job, attained_gpu_seconds=attained)
 
@@ -342,16 +401,52 @@ class Simulation:
         if healthy.size == 0:
             return False
         host = int(healthy[int(self.rng.integers(healthy.size))])
-        hit = [
+        hit = self._on_host(host)
+        for key in hit:
+            self._interrupt(key, Cause.FAILED)
+        self.state.cordoned[host] = True
+        self.repairs_left += 1
+        self._push(self.now + self.config.repair_s, Kind.REPAIR, str(host))
+        return bool(hit)
+
+    def _on_host(self, host: int) -> list[str]:
+        """The running jobs with a replica on ``host``."""
+        return [
             k
             for k, live in self.live.items()
             if any(g.host == host for g in live.run.allocation.grants)
         ]
-        for key in hit:
-            self._interrupt(key, preempted=False)
+
+    # -- spot reclaims -------------------------------------------------------------------
+
+    def _reclaim(self, pool: str) -> bool:
+        """``pool``'s provider warns one of its hosts (a host already away is skipped): the
+        host takes no new work, jobs that can checkpoint within the notice stop at once with
+        their progress saved, the rest run on until the host goes."""
+        self._push(self.spot.next_after(pool, self.now), Kind.RECLAIM, pool)
+        host = self.spot.pick(pool)
+        if self.state.cordoned[host]:
+            return False
+        self.result.reclaims += 1
         self.state.cordoned[host] = True
         self.repairs_left += 1
-        self._push(self.now + self.config.repair_s, Kind.REPAIR, str(host))
+        process = self.spot.processes[pool]
+        self._push(self.now + process.notice_s, Kind.HOST_GONE, str(host))
+        if process.notice_s < self.config.checkpoint_write_s:
+            return False
+        hit = self._on_host(host)
+        for key in hit:
+            self._interrupt(key, Cause.RECLAIMED, saved=True)
+        return bool(hit)
+
+    def _host_gone(self, host: int) -> bool:
+        """The notice ran out: jobs still on ``host`` lose work since their last checkpoint
+        and requeue; the host comes back after its pool's ``back_after_s``."""
+        hit = self._on_host(host)
+        for key in hit:
+            self._interrupt(key, Cause.RECLAIMED)
+        pool = self.tree.pools[int(self.tree.host_pool[host])].name
+        self._push(self.now + self.spot.processes[pool].back_after_s, Kind.RETURN, str(host))
         return bool(hit)
 
     # -- fair share and samples ----------------------------------------------------------

@@ -86,6 +86,24 @@ def finished(seg: Segment, end: float, remaining_s: float) -> Outcome:
     )
 
 
+def evacuated(seg: Segment, end: float) -> Outcome:
+    """The segment was stopped at ``end`` right after a checkpoint: all progress is kept and
+    only restart time still inside the warm-up is lost."""
+    ran = max(end - seg.start, 0.0)
+    kept_wall = max(ran - seg.warmup, 0.0)
+    return Outcome(
+        seg.gpus * ran,
+        seg.gpus * kept_wall / seg.slowdown,
+        seg.gpus * min(seg.warmup, ran),
+        kept_wall / seg.slowdown,
+    )
+
+
+def warmup_gpu_s(seg: Segment, end: float) -> float:
+    """GPU-seconds of the segment spent in restart warm-up up to ``end``."""
+    return seg.gpus * min(seg.warmup, max(end - seg.start, 0.0))
+
+
 def interrupted(seg: Segment, end: float, checkpoint_interval: float | None) -> Outcome:
     """The segment was stopped at ``end``: progress up to the last checkpoint is kept (none
     without a checkpoint interval)."""

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
+
 from boltforge.core.gang import Gang, Role
 from boltforge.core.workload import BATCH, Job
 from boltforge.sim.records import TraceJob
@@ -33,7 +37,8 @@ def time_limit(duration_s: float) -> float:
 def to_job(
     t: TraceJob, host_gpus: int, checkpoint_interval_s: float, restart_overhead_s: float
 ) -> Job:
-    """The core ``Job`` for trace job ``t``: batch class, charged to its team's queue."""
+    """The core ``Job`` for trace job ``t``: batch class, charged to its team's queue, spot
+    capacity allowed, with ``t``'s deadline if it has one."""
     g = per_replica(t.gpus, host_gpus)
     gang = Gang(t.id, (Role("main", t.gpus // g, g),), team=t.team, priority=BATCH)
     return Job(
@@ -44,4 +49,20 @@ def to_job(
         time_limit=time_limit(t.duration_s),
         checkpoint_interval=checkpoint_interval_s,
         restart_overhead=restart_overhead_s,
+        deadline=t.deadline_s,
     )
+
+
+def with_deadlines(trace: list[TraceJob], slack: float, share: float, seed: int) -> list[TraceJob]:
+    """``trace`` with a deadline of ``submit + slack * duration`` on a seeded ``share`` of its
+    jobs (each job drawn independently with probability ``share``); the others keep theirs.
+    The same trace, share and seed pick the same jobs, whatever ``slack`` is."""
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"deadline share {share} is not between 0 and 1")
+    if slack <= 0:
+        raise ValueError(f"deadline slack {slack} must be positive")
+    draws = np.random.default_rng([seed, 104729]).random(len(trace))
+    return [
+        replace(t, deadline_s=t.submit_s + slack * t.duration_s) if u < share else t
+        for t, u in zip(trace, draws, strict=True)
+    ]

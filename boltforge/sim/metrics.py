@@ -79,6 +79,12 @@ class Metrics:
     * ``gpu_hours_slowed`` = sum of ``allocated_gpu_s - productive_gpu_s - lost_gpu_s`` / 3600:
       GPU time held beyond the work done because placements ran slower than ideal.
     * ``dollars`` = sum of ``dollars_by_pool``.
+    * ``reclaims``: spot hosts taken back; ``jobs_reclaimed``: runs those reclaims stopped (sum
+      of the jobs' ``reclaims``); ``gpu_hours_lost_reclaim`` = sum ``reclaim_lost_gpu_s`` / 3600
+      (work since the last checkpoint, also inside ``gpu_hours_lost``).
+    * ``deadline_jobs``: jobs with a deadline; ``deadlines_met``: those that finished at or
+      before it; ``deadline_hit_rate`` = met / with a deadline (``None`` when none has one). A
+      job still unfinished when the simulation stops has missed its deadline.
     * ``avg_fragmentation``: time-weighted mean of the samples' fragmentation from the first
       sample (or ``start``, if later) to ``end``; the last sample's value if that span is empty.
     * ``jain_fairness``: Jain's index ``(sum x)^2 / (n * sum x^2)`` over teams with a positive
@@ -112,6 +118,12 @@ class Metrics:
     gpu_hours_slowed: float
     dollars: float
     dollars_by_pool: dict[str, float]
+    reclaims: int
+    jobs_reclaimed: int
+    gpu_hours_lost_reclaim: float
+    deadline_jobs: int
+    deadlines_met: int
+    deadline_hit_rate: float | None
     avg_fragmentation: float
     jain_fairness: float | None
     worst_ftf: float | None
@@ -132,6 +144,8 @@ def compute(result: SimResult) -> Metrics:
     samples = sorted(result.samples, key=lambda s: s.t)
     capacity = result.total_gpus * span
     teams = _teams(jobs, result.total_gpus)
+    due = [j for j in jobs if j.deadline_s is not None]
+    met = sum(1 for j in due if met_deadline(j))
     return Metrics(
         jobs=len(jobs),
         finished=len(done),
@@ -154,6 +168,12 @@ def compute(result: SimResult) -> Metrics:
         gpu_hours_slowed=sum(_slowed(j) for j in jobs) / 3600.0,
         dollars=sum(result.dollars_by_pool.values()),
         dollars_by_pool=dict(sorted(result.dollars_by_pool.items())),
+        reclaims=result.reclaims,
+        jobs_reclaimed=sum(j.reclaims for j in jobs),
+        gpu_hours_lost_reclaim=sum(j.reclaim_lost_gpu_s for j in jobs) / 3600.0,
+        deadline_jobs=len(due),
+        deadlines_met=met,
+        deadline_hit_rate=met / len(due) if due else None,
         avg_fragmentation=_avg_fragmentation(samples, start, end),
         jain_fairness=_jain(teams.values()),
         worst_ftf=max((t.mean_ftf for t in teams.values() if t.mean_ftf is not None), default=None),
@@ -174,6 +194,13 @@ def window(result: SimResult) -> tuple[float, float]:
     else:
         end = max([*ts, *finishes], default=start)
     return start, max(start, end)
+
+
+def met_deadline(job: JobRecord) -> bool:
+    """Whether ``job`` has a deadline and finished at or before it."""
+    if job.deadline_s is None or job.finish_s is None:
+        return False
+    return job.finish_s <= job.deadline_s
 
 
 def bounded_slowdown(job: JobRecord) -> float:

@@ -15,7 +15,8 @@ class TraceJob:
 
     ``submit_s`` is seconds from the trace's start; ``duration_s`` the job's runtime when it
     runs uninterrupted on an ideal placement; ``team`` the team charged (derived
-    deterministically when the trace has none).
+    deterministically when the trace has none). ``deadline_s`` (None: no deadline) is when the
+    job must finish, on the same clock as ``submit_s``.
     """
 
     id: str
@@ -23,6 +24,7 @@ class TraceJob:
     duration_s: float
     gpus: int
     team: str
+    deadline_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -33,7 +35,9 @@ class JobRecord:
     unfinished when the simulation stopped). ``allocated_gpu_s`` counts every GPU-second the
     job held; ``productive_gpu_s`` only the work that counted (ideal-placement progress that
     was not lost); ``lost_gpu_s`` work thrown away by preemptions and failures, restarts
-    included. ``dollars`` is ``allocated_gpu_s`` at each pool's price.
+    included. ``dollars`` is ``allocated_gpu_s`` at each pool's price. ``reclaims`` counts the
+    runs a spot reclaim stopped; ``reclaim_lost_gpu_s`` the work those runs threw away since
+    their last checkpoint (restart overhead not included). ``deadline_s`` as in ``TraceJob``.
     """
 
     id: str
@@ -50,6 +54,9 @@ class JobRecord:
     lost_gpu_s: float = 0.0
     dollars: float = 0.0
     slowdown: float = 1.0  # placement slowdown of the last run (1.0 = ideal)
+    reclaims: int = 0
+    reclaim_lost_gpu_s: float = 0.0
+    deadline_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +73,7 @@ class Sample:
 
 @dataclass(slots=True)
 class SimResult:
-    """One policy's run over one trace on one fleet."""
+    """One policy's run over one trace on one fleet; ``reclaims`` counts spot hosts taken back."""
 
     policy: str
     fleet: str
@@ -78,3 +85,4 @@ class SimResult:
     cycles: int = 0
     wall_s: float = 0.0
     seed: int = 0
+    reclaims: int = 0

@@ -19,6 +19,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatter
 
+from boltforge.sim.costs import cost_table_html, plot_cost_vs_jct
 from boltforge.sim.metrics import FloatArray, Metrics, TeamMetrics, to_json
 from boltforge.sim.records import Sample, SimResult
 
@@ -41,6 +42,8 @@ PLOTS: tuple[tuple[str, str], ...] = (
     ("jct_cdf.png", "Job completion time CDF"),
     ("fragmentation.png", "Fragmentation over time"),
 )
+
+COST_PLOT = ("cost_jct.png", "Dollars against average JCT")
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("policy", "Policy"),
@@ -84,18 +87,22 @@ def write_report(
     out_dir: Path,
     title: str,
     command: str,
+    cost: bool = False,
 ) -> Path:
     """Write the plots, ``summary.json`` and ``index.html`` into ``out_dir`` (created if
     missing, files overwritten) and return the path of ``index.html``.
 
     Plots draw every policy of ``results``; the tables and ``summary.json`` every policy of
-    ``metrics``, in mapping order.
+    ``metrics``, in mapping order. ``cost``: also a cost, spot and deadline table and the plot
+    ``cost_jct.png`` (dollars against average JCT per run).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     plot_utilization(results, out_dir / "utilization.png")
     plot_queue(results, out_dir / "queue.png")
     plot_jct_cdf(results, out_dir / "jct_cdf.png")
     plot_fragmentation(results, out_dir / "fragmentation.png")
+    if cost:
+        plot_cost_vs_jct(metrics, out_dir / COST_PLOT[0])
     summary = {
         "title": title,
         "command": command,
@@ -103,7 +110,7 @@ def write_report(
     }
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     index = out_dir / "index.html"
-    index.write_text(render_html(metrics, title, command), encoding="utf-8")
+    index.write_text(render_html(metrics, title, command, cost), encoding="utf-8")
     return index
 
 
@@ -300,9 +307,12 @@ img { max-width: 100%; display: block; margin: 1rem 0; }
 """
 
 
-def render_html(metrics: Mapping[str, Metrics], title: str, command: str) -> str:
+def render_html(
+    metrics: Mapping[str, Metrics], title: str, command: str, cost: bool = False
+) -> str:
     """The ``index.html`` page: title, reproducing command, comparison table, per-team tables
-    and the plots (by relative file name). All text is HTML-escaped."""
+    and the plots (by relative file name); with ``cost``, the cost table and its plot first.
+    All text is HTML-escaped."""
     e = html.escape
     rows = comparison_rows(metrics)
     comparison = _table([h for _, h in COLUMNS], [[row[k] for k, _ in COLUMNS] for row in rows])
@@ -312,11 +322,18 @@ def render_html(metrics: Mapping[str, Metrics], title: str, command: str) -> str
         for name, m in metrics.items()
     )
     plots = "".join(f'<img src="{e(f)}" alt="{e(alt)}">\n' for f, alt in PLOTS)
+    costs = ""
+    if cost:
+        f, alt = COST_PLOT
+        costs = (
+            f"<h2>Cost, spot reclaims and deadlines</h2>\n{cost_table_html(metrics)}\n"
+            f'<img src="{e(f)}" alt="{e(alt)}">\n'
+        )
     return (
         "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"
         f"<title>{e(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
         f"<h1>{e(title)}</h1>\n<p>Reproduce with:</p>\n<pre>{e(command)}</pre>\n"
-        f"<h2>Comparison</h2>\n{comparison}\n<h2>Teams</h2>\n{teams}"
+        f"{costs}<h2>Comparison</h2>\n{comparison}\n<h2>Teams</h2>\n{teams}"
         f"<h2>Plots</h2>\n{plots}</body>\n</html>\n"
     )
 

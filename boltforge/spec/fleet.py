@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Self
+from typing import Annotated, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from boltforge.core.levels import DEFAULT_WEIGHTS, CrossingWeights
 from boltforge.core.topology import HostLayout, Pool, Tier, TopologyTree
 from boltforge.spec.errors import Problem, SpecError, from_validation
 from boltforge.spec.loader import read_yaml
+from boltforge.spec.units import seconds
 
 MAX_HOSTS = 200_000
 
@@ -46,6 +54,22 @@ class Layout(_Strict):
         return out
 
 
+Duration = Annotated[float, BeforeValidator(seconds)]
+
+
+class ReclaimSpec(_Strict):
+    """How a spot pool's provider takes hosts back, as the simulator replays it.
+
+    Each host is reclaimed at random, ``rate_per_host_day`` times per day on average (a Poisson
+    process per host); its jobs get ``notice`` seconds of warning, and the host comes back
+    ``back_after`` seconds after it is gone. Durations take ``90``, ``"120s"``, ``"2h"``.
+    """
+
+    rate_per_host_day: float = Field(ge=0)
+    notice: Duration = 120.0
+    back_after: Duration = 7200.0
+
+
 class PoolSpec(_Strict):
     """One node pool. ``nvlink_island`` is GPUs per NVLink domain (1 means PCIe only)."""
 
@@ -60,9 +84,15 @@ class PoolSpec(_Strict):
     tier: Tier = Tier.ON_DEMAND
     price_per_gpu_hour: float = Field(0.0, ge=0)
     layout: Layout = Layout()
+    reclaim: ReclaimSpec | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
+        if self.reclaim is not None and self.tier != Tier.SPOT:
+            raise ValueError(
+                f"pool {self.name}: `reclaim` is only for spot pools (tier is {self.tier}). "
+                "To fix: set `tier: spot` or remove `reclaim`"
+            )
         if self.gpus_per_host == 0:
             return self
         if not self.gpu:
@@ -162,6 +192,11 @@ def parse_fleet(data: object, source: str = "fleet") -> FleetSpec:
         return FleetSpec.model_validate(data)
     except ValidationError as e:
         raise from_validation(source, "fleet", e) from None
+
+
+def load_fleet_spec(path: str | Path) -> FleetSpec:
+    """Read and validate the fleet spec in ``path``; raise ``SpecError`` on any problem."""
+    return parse_fleet(read_yaml(path), str(path))
 
 
 def load_fleet(path: str | Path) -> TopologyTree:
