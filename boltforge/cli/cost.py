@@ -14,7 +14,7 @@ from rich.text import Text
 
 from boltforge.cli.common import console, print_json
 from boltforge.cli.remote import JsonOpt, ServerOpt, TokenOpt, api_errors, cell, connect
-from boltforge.wire.cost import BudgetOut, CostReply, CostRow
+from boltforge.wire.cost import BudgetOut, CostReply, CostRow, SavingsOut
 
 CSV_COLUMNS = (
     "group",
@@ -92,6 +92,8 @@ def print_cost(reply: CostReply) -> None:
         console.print(cost_table(reply))
     else:
         console.print("no GPU time in this window", style="dim")
+    if reply.savings is not None:
+        console.print(savings_line(reply.savings), highlight=False)
     for b in reply.budgets:
         console.print(budget_line(b), highlight=False)
 
@@ -176,4 +178,15 @@ def budget_line(b: BudgetOut) -> str:
     return (
         f"budget [bold]{b.team}[/] {b.month}: [{color}]${b.spent:,.2f}[/] of "
         f"${b.monthly:,.2f} ({share:.0%}){tail}"
+    )
+
+
+def savings_line(s: SavingsOut) -> str:
+    """``saved vs static pools: $24.00 (static $128.00, fleet $104.00, 2.0 h)``, with a minus
+    sign, in red, when the shared fleet cost more than static team pools would have."""
+    color = "green" if s.saved_dollars >= 0 else "red"
+    sign = "-" if s.saved_dollars < 0 else ""
+    return (
+        f"saved vs static pools: [{color}]{sign}${abs(s.saved_dollars):,.2f}[/] "
+        f"(static ${s.static_dollars:,.2f}, fleet ${s.shared_dollars:,.2f}, {s.hours:,.1f} h)"
     )

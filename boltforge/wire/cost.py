@@ -43,10 +43,27 @@ class BudgetOut(_Reply):
     state: BudgetState
 
 
+class SavingsOut(_Reply):
+    """What sharing the fleet saved over the window against static team pools (docs/cost.md):
+    ``static_dollars`` is every team owning its peak concurrent GPUs per pool (``peaks``, by
+    team then pool) for the whole window; ``shared_dollars`` what the live nodes cost, idle
+    or busy; ``saved_dollars`` the difference, negative when the fleet is oversized. The
+    comparison runs over ``hours`` from ``since``: the window, cut to begin with the first
+    node."""
+
+    since: float
+    hours: float
+    static_dollars: float
+    shared_dollars: float
+    saved_dollars: float
+    peaks: dict[str, dict[str, int]] = {}
+
+
 class CostReply(_Reply):
     """``GET /v1/cost``. ``rows`` are the groups the caller may see in detail; ``others`` are
     the other teams' totals (one row per team) for a member asking by project or job; ``total``
-    sums both. The window is ``[since, until]`` in seconds since the epoch."""
+    sums both. The window is ``[since, until]`` in seconds since the epoch. ``savings``: the
+    fleet's cost against static team pools over the window."""
 
     by: CostBy
     since: float
@@ -55,3 +72,4 @@ class CostReply(_Reply):
     others: list[CostRow] = []
     total: CostRow
     budgets: list[BudgetOut] = []
+    savings: SavingsOut | None = None

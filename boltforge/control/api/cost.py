@@ -10,6 +10,7 @@ from boltforge.control.api.deps import People, Rt
 from boltforge.control.api.errors import ERRORS, ApiError
 from boltforge.control.budgets import statuses
 from boltforge.control.cost import job_meters, total, visible
+from boltforge.control.savings import fleet_savings
 from boltforge.spec import units
 from boltforge.wire.cost import CostBy, CostReply
 from boltforge.wire.jobs import Problem
@@ -28,7 +29,8 @@ def cost(
     ] = "30d",
 ) -> CostReply:
     """Allocated and productive GPU-hours and dollars over the last ``since``, one row per
-    team, project or job, with every budgeted team's standing this month. A member sees
+    team, project or job, with every budgeted team's standing this month and what sharing the
+    fleet saved against static team pools over the window. A member sees
     projects and jobs of their own team only; other teams appear as totals in ``others``."""
     window = _window(since)
     now = rt.clock()
@@ -36,6 +38,7 @@ def cost(
     with rt.db.session() as s:
         meters = job_meters(s, start, now)
         budgets = statuses(s, rt.config.budgets, now)
+        saved = fleet_savings(s, start, now)
     rows, others = visible(meters, who, by)
     return CostReply(
         by=by,
@@ -45,6 +48,7 @@ def cost(
         others=others,
         total=total(rows + others),
         budgets=budgets,
+        savings=saved,
     )
 
 
