@@ -223,9 +223,10 @@ def nodes_table(nodes: list[NodeOut], now: float) -> Table:
 
 
 def state_text(n: NodeOut, now: float) -> str:
-    """The node's state, or ``reclaim in 60 s`` while a spot reclaim notice is pending
-    (``reclaimed`` once the time passed)."""
+    """The node's state (``ready, degraded`` when it takes single-host work only), or
+    ``reclaim in 60 s`` while a spot reclaim notice is pending (``reclaimed`` once the time
+    passed)."""
     if n.reclaim_at is None:
-        return n.state
+        return f"{n.state}, degraded" if n.degraded and n.state != "dead" else n.state
     left = n.reclaim_at - now
     return f"reclaim in {span(left)}" if left > 0 and n.state != "dead" else "reclaimed"

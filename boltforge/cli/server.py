@@ -76,6 +76,14 @@ def server_command(
             "overrides it."
         ),
     ] = "30m",
+    recovery_hold: Annotated[
+        str,
+        typer.Option(
+            help="How long a job that lost a host keeps the GPUs of its healthy hosts for its "
+            "restart, so it restarts on them with only the lost host replaced (e.g. 60s; 0 "
+            "turns it off)."
+        ),
+    ] = "60s",
     teams: Annotated[
         Path | None,
         typer.Option(
@@ -98,6 +106,7 @@ def server_command(
         raise typer.Exit(2)
     health = _health(straggler_action, straggler_ratio, straggler_samples, progress_timeout)
     budgets = _budgets(teams)
+    hold_s = _seconds("--recovery-hold", recovery_hold)
     url = db or default_url()
     home = Path(user_data_dir("boltforge"))
     admin_token = admin_token or _first_admin_token(url, home)
@@ -111,6 +120,7 @@ def server_command(
         admin_token=admin_token,
         agent_token=agent_token,
         budgets=budgets,
+        recovery_hold_s=hold_s,
     )
     app = create_app(config)
     uvicorn.run(app, host=host, port=port, log_level="warning", loop="uvloop", http="httptools")
@@ -138,6 +148,15 @@ def _health(action: StragglerAction, ratio: float, samples: int, timeout: str) -
         window=max(20, samples),
         progress_timeout_s=seconds or None,
     )
+
+
+def _seconds(option: str, text: str) -> float:
+    """``text`` (e.g. 60s, 2m) in seconds; exits 2 naming ``option`` when it is bad."""
+    try:
+        return units.seconds(text)
+    except ValueError as e:
+        errors.print(f"[bold red]error[/] {option} {text!r}: {e}. To fix: e.g. 60s")
+        raise typer.Exit(2) from None
 
 
 def _first_admin_token(url: str, home: Path) -> str | None:

@@ -155,6 +155,7 @@ def bind(
     summary = placement_summary(world, b)
     row.explanation = [summary, *describe(tree, b.placement), *([b.note] if b.note else [])]
     row.reason, row.position, row.estimated_start, row.waiting = "", None, None, []
+    row.recovery_hold = None  # placed: whatever was held for it is its own again, or free
     resumed = " (resumes from its last checkpoint)" if row.epoch > 1 else ""
     data = {"nodes": hostlist(hosts), "epoch": row.epoch, "gpus": gpus, "preempted": victims}
     transition(s, row, "scheduled", world.now, f"placed: {summary}{resumed}", "placed", data)

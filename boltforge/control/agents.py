@@ -135,7 +135,8 @@ def reconcile(
 
 def lose(s: Session, reps: list[ReplicaRow], now: float, why: str) -> Touched:
     """Replicas that vanished with their node: the rest of each gang is stopped, and each job
-    requeues from its last checkpoint, or fails once its restart budget is spent."""
+    requeues from its last checkpoint, or fails once its restart budget is spent. A requeued
+    job's GPUs on its healthy nodes are held for its restart (``restarts.hold``)."""
     touched = Touched()
     for rep in reps:
         rep.state, rep.exited_at = "lost", now
@@ -159,7 +160,8 @@ def lose(s: Session, reps: list[ReplicaRow], now: float, why: str) -> Touched:
                     node.desired_version += 1
                     touched.nodes.add(r.node)
         if job.state in (*HOLDING, "preempting"):
-            restart_or_fail(s, job, now, why)
+            lost = sorted({r.node for r in reps if r.job_id == job_id})
+            restart_or_fail(s, job, now, why, lost)
     return touched
 
 

@@ -48,6 +48,7 @@ from boltforge.core.health import (
 CHECK_EVERY_S = 2.0
 SYSTEM = Caller("system", "system", None, "health check")
 STRAGGLER = "straggler"
+DEGRADED_S = 6 * 3600.0  # a straggler's host takes no multi-replica work for this long
 
 
 class HealthCheck:
@@ -206,6 +207,9 @@ def _report(
                 cordoned.append(node)
     movable = bool(job.spec.get("preemptible", True))
     for f in found:
+        host = s.get(NodeRow, f.node)
+        if host is not None:  # no multi-replica work there for a while (``world.degraded``)
+            host.degraded_until = max(host.degraded_until or now, now + DEGRADED_S)
         note = _outcome(f.node in cordoned, movable, rules)
         data = {**f.evidence(), "epoch": job.epoch, "action": note}
         record(s, job.id, now, STRAGGLER, f"straggler: {f.describe()}; {note}", data)

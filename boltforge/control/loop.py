@@ -4,6 +4,8 @@ Submissions, exits, cancellations and node changes wake the loop; a timer also w
 leases, and a full pass every ``full_every_s``). Each pass, under the store lock:
 
     # 1. leases    nodes that went silent become suspect, then dead (their work requeues)
+    #    holds     recovery holds past --recovery-hold end (control/restarts.py): the GPUs
+    #              a job that lost a host kept for its restart are free for others again
     #    reclaims  nodes past their spot reclaim time are gone; jobs a reclaim notice moved
     #              that requeued get their lost work on their timeline (control/spot.py)
     #    health    every few seconds: stragglers recorded (their hosts cordoned, by policy),
@@ -35,6 +37,7 @@ from boltforge.control.db import Database
 from boltforge.control.dispatch import dispatch
 from boltforge.control.health import HealthCheck
 from boltforge.control.notify import Notifier
+from boltforge.control.restarts import end_holds
 from boltforge.control.world import Caches, World, load_world, usage
 from boltforge.core.cycle import run_cycle, schedule_arrival
 from boltforge.core.decisions import CycleResult, Reserve, Waiting, WaitReason
@@ -79,10 +82,12 @@ class Scheduler:
         tick_s: float = 1.0,
         full_every_s: float = 10.0,
         health: HealthRules | None = None,
+        recovery_hold_s: float = 60.0,
     ) -> None:
         self.db, self.policy, self.notifier = db, policy, notifier
         self.settings, self.terms, self.clock = settings, terms, clock
         self.tick_s, self.full_every_s = tick_s, full_every_s
+        self.recovery_hold_s = recovery_hold_s
         self.lock = threading.RLock()
         self.health = HealthCheck(health or HealthRules())
         self.stats = LoopStats()
@@ -159,6 +164,8 @@ class Scheduler:
         with self.lock, self.db.session() as s:
             now = self.clock()
             expired = expire(s, self.terms, now)  # 1. leases
+            ended = end_holds(s, now, self.recovery_hold_s)
+            expired.jobs |= ended
             spot.settle(s, expired.jobs)
             expired |= spot.expire(s, now)
             healed = self.health.run(s, now)
@@ -167,6 +174,7 @@ class Scheduler:
             full = (
                 other
                 or bool(expired.nodes)
+                or bool(ended)
                 or bool(healed.nodes)
                 or len(arrivals) > MAX_INCREMENTAL
                 or now - self.stats.last_full_at >= self.full_every_s
@@ -180,7 +188,7 @@ class Scheduler:
 
     def _full(self, s: Session, now: float) -> Touched:
         started = time.perf_counter()
-        world = load_world(s, now, self.caches)  # 2. world
+        world = load_world(s, now, self.caches, hold_s=self.recovery_hold_s)  # 2. world
         self._usage_at = float("-inf")
         snap = world.snapshot(self._usage(s, now), self._recent(now))
         result = run_cycle(snap, self.policy)  # 3. decide
@@ -200,7 +208,9 @@ class Scheduler:
         world: World | None = None
         for job_id in job_ids:
             started = time.perf_counter()
-            world = world or load_world(s, now, self.caches, waiting=job_ids)
+            world = world or load_world(
+                s, now, self.caches, waiting=job_ids, hold_s=self.recovery_hold_s
+            )
             job = next((j for j in world.pending if j.id == job_id), None)
             if job is None:
                 continue
@@ -279,4 +289,4 @@ def _holdings(world: World) -> tuple[object, ...]:
     """Who holds what, and which hosts are fenced off: equal for equal fleets' states."""
     state = world.state
     held = tuple(sorted((a.job, a.grants) for a in state.allocations.values()))
-    return (held, state.cordoned.tobytes())
+    return (held, state.cordoned.tobytes(), state.degraded.tobytes())

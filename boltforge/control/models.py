@@ -15,7 +15,10 @@ class Base(DeclarativeBase):
 
 class JobRow(Base):
     """One job, or one task of an array job. ``epoch`` counts the job's allocations: every
-    bind starts a new one, and agents' reports for an older epoch are refused."""
+    bind starts a new one, and agents' reports for an older epoch are refused.
+    ``recovery_hold``: after a host failure, what its replicas held on the healthy hosts and
+    when (``{"at", "lost": [node], "grants": [{role, replica, node, gpus, cpus, memory_gb}]}``),
+    kept for its restart for the server's ``--recovery-hold`` (None: no hold)."""
 
     __tablename__ = "jobs"
 
@@ -53,6 +56,7 @@ class JobRow(Base):
     estimated_start: Mapped[float | None] = mapped_column(Float)
     waiting: Mapped[list[str]] = mapped_column(JSON, default=list)
     explanation: Mapped[list[str]] = mapped_column(JSON, default=list)
+    recovery_hold: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
 
 
 class EventRow(Base):
@@ -105,7 +109,8 @@ class ReplicaRow(Base):
 class NodeRow(Base):
     """A node that registered. ``desired_version`` grows whenever what it should run changes;
     agents long-poll on it. ``session`` is the agent's current lease. ``reclaim_at``: when
-    its cloud takes it back, after a spot reclaim notice (None: no notice)."""
+    its cloud takes it back, after a spot reclaim notice (None: no notice). ``degraded_until``:
+    a straggler finding marks it degraded (no multi-replica work) until then."""
 
     __tablename__ = "nodes"
 
@@ -124,6 +129,7 @@ class NodeRow(Base):
     desired_version: Mapped[int] = mapped_column(Integer, default=0)
     health: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     reclaim_at: Mapped[float | None] = mapped_column(Float)
+    degraded_until: Mapped[float | None] = mapped_column(Float)
 
 
 class RunRow(Base):

@@ -143,7 +143,7 @@ def _requeue(
         node.state = "suspect"
     touched = _stop_rest(s, alive)
     why = f"node {rep.node} stopped replica {rep.rank} on its own (lease lost or shutting down)"
-    restart_or_fail(s, job, at, why)
+    restart_or_fail(s, job, at, why, [rep.node])
     return touched
 
 

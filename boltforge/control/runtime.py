@@ -29,7 +29,8 @@ from boltforge.spec.teams import Budget
 class ServerConfig:
     """How a server is set up. ``admin_token`` / ``agent_token`` are stored on start when
     given (so ``bolt up`` can hand them to its agents and to the user). ``budgets`` are the
-    teams' monthly budgets by team name (``bolt server --teams``)."""
+    teams' monthly budgets by team name (``bolt server --teams``). ``recovery_hold_s``: how
+    long a job that lost a host keeps its healthy hosts' GPUs for its restart."""
 
     db_url: str
     checkpoint_root: str
@@ -42,6 +43,7 @@ class ServerConfig:
     admin_token: str | None = None
     agent_token: str | None = None
     budgets: Mapping[str, Budget] = field(default_factory=dict)
+    recovery_hold_s: float = 60.0
 
 
 class Runtime:
@@ -62,6 +64,7 @@ class Runtime:
             config.tick_s,
             config.full_every_s,
             config.health,
+            config.recovery_hold_s,
         )
         self.intake = Intake(self.db)
         self._tokens: dict[str, Caller] = {}

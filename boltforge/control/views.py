@@ -8,6 +8,7 @@ from sqlalchemy.orm import Session
 from boltforge.control.cost import job_meter
 from boltforge.control.models import EventRow, JobRow, NodeRow, ReplicaRow
 from boltforge.control.submit import PRIORITY_NAMES
+from boltforge.control.world import degraded
 from boltforge.ranges import hostlist
 from boltforge.wire.jobs import EventOut, JobDetail, JobSummary, NodeOut, ReplicaOut
 
@@ -88,7 +89,7 @@ def event_out(e: EventRow) -> EventOut:
     return EventOut(seq=e.id, at=e.at, kind=e.kind, message=e.message, data=dict(e.data or {}))
 
 
-def node_out(n: NodeRow, used: int, jobs: list[str]) -> NodeOut:
+def node_out(n: NodeRow, used: int, jobs: list[str], now: float) -> NodeOut:
     state = n.state
     if state in ("ready", "suspect") and n.cordoned:
         state = "draining" if used else "cordoned"
@@ -107,4 +108,5 @@ def node_out(n: NodeRow, used: int, jobs: list[str]) -> NodeOut:
         source=str(inv.get("source", "declared")),
         address=str(inv.get("address", "")),
         reclaim_at=n.reclaim_at,
+        degraded=degraded(n, now),
     )

@@ -4,14 +4,16 @@ the jobs waiting, turned into the core's ``Snapshot``.
 GPUs are held by replicas that are ``waiting``, ``starting``, ``running`` or ``stopping``. A job
 being preempted still holds its GPUs until its replicas exit; the GPUs a newly bound job was
 given out of them count as that job's, and the rest as a short-lived ``draining`` allocation
-that ends when the grace period does.
+that ends when the grace period does. A waiting job that lost a host keeps the GPUs its
+replicas had on the healthy hosts for ``--recovery-hold`` seconds (``held:<job>``, its
+``Job.held``), and hosts that are degraded are flagged for the core (``degraded``).
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -26,7 +28,7 @@ from boltforge.core.cycle import Snapshot
 from boltforge.core.quota import lineage
 from boltforge.core.routing import RoutingFacts
 from boltforge.core.state import Allocation, Conflict, FleetState, Grant
-from boltforge.core.workload import Job, Running, Usage
+from boltforge.core.workload import Hold, Job, Running, Usage
 from boltforge.spec.errors import SpecError
 from boltforge.spec.job import JobSpec
 from boltforge.spec.resolve import to_gang
@@ -35,6 +37,7 @@ from boltforge.wire.agent import Inventory
 ACTIVE = ("waiting", "starting", "running", "stopping")
 USABLE_NODES = ("ready", "suspect")  # live: they hold their jobs
 PLACEABLE_NODES = ("ready",)  # suspect nodes keep their jobs but get no new ones
+RECOVERY_HOLD_S = 60.0  # how long a job that lost a host keeps its healthy hosts' GPUs
 ROUTING_REFRESH_S = 60.0  # how often interruption rates are re-read from the store
 
 
@@ -63,6 +66,7 @@ class World:
     unresolved: dict[str, str]
     now: float
     routing: RoutingFacts | None = None
+    holds: dict[str, Hold] = field(default_factory=dict)
 
     def snapshot(self, usage: Usage, recent: tuple[tuple[float, int], ...]) -> Snapshot:
         return Snapshot(
@@ -91,9 +95,14 @@ def load_fleet(s: Session, caches: Caches) -> tuple[Fleet, dict[str, NodeRow]]:
 
 
 def load_world(
-    s: Session, now: float, caches: Caches, waiting: Iterable[str] | None = None
+    s: Session,
+    now: float,
+    caches: Caches,
+    waiting: Iterable[str] | None = None,
+    hold_s: float = RECOVERY_HOLD_S,
 ) -> World:
     """Read the store into a ``World`` for one pass at time ``now``: every job holding GPUs,
+    the GPUs held for waiting jobs' restarts after a host failure (for ``hold_s`` seconds),
     and the waiting jobs (only those named in ``waiting`` when given, for incremental
     passes, which do not need the whole queue)."""
     fleet, nodes = load_fleet(s, caches)
@@ -101,6 +110,8 @@ def load_world(
     for name, node in nodes.items():
         if node.state not in PLACEABLE_NODES or node.cordoned:
             state.cordoned[fleet.index[name]] = True
+        if degraded(node, now):
+            state.degraded[fleet.index[name]] = True
     replicas = select(ReplicaRow).options(defer(ReplicaRow.spec))
     active = list(s.scalars(replicas.where(ReplicaRow.state.in_(ACTIVE))))
     by_job: dict[str, list[ReplicaRow]] = defaultdict(list)
@@ -126,12 +137,64 @@ def load_world(
     world = World(
         fleet, state, nodes, rows, [], [], by_job, {}, now, _routing(s, fleet, nodes, now, caches)
     )
-    _hold(world, caches)
+    recovering = s.scalars(
+        select(JobRow)
+        .options(defer(JobRow.spec))
+        .where(JobRow.state.in_(WAITING), JobRow.recovery_hold.is_not(None))
+    )
+    _hold(world, caches, lambda: _recovery_holds(world, list(recovering), hold_s))
     for row in sorted((r for r in rows.values() if r.state in WAITING), key=lambda r: r.id):
         job = _job(world, row, caches)
         if job is not None:
-            world.pending.append(job)
+            held = world.holds.get(row.id)
+            world.pending.append(job if held is None else replace(job, held=held))
     return world
+
+
+def degraded(node: NodeRow, now: float) -> bool:
+    """Whether ``node`` takes no multi-replica or tensor-parallel work now: a straggler was
+    found on it lately (``degraded_until``), or its agent reports ``health: {degraded: ...}``
+    (any value but empty, 0, false or no)."""
+    if node.degraded_until is not None and node.degraded_until > now:
+        return True
+    flag = str((node.health or {}).get("degraded", "")).strip().lower()
+    return flag not in ("", "0", "false", "no")
+
+
+def _recovery_holds(world: World, rows: list[JobRow], hold_s: float) -> set[tuple[str, int]]:
+    """Hold, for each waiting job that lost a host less than ``hold_s`` ago, the GPUs its
+    replicas had on the healthy hosts (an allocation ``held:<job>`` ending with the hold),
+    unless a holding job has them. Returns the GPUs held."""
+    claimed: set[tuple[str, int]] = set()
+    fleet = world.fleet
+    for row in sorted(rows, key=lambda r: r.id):
+        data = row.recovery_hold or {}
+        until = float(data.get("at", 0.0)) + hold_s
+        names = [g["node"] for g in data.get("grants", [])]
+        if until <= world.now:
+            continue  # ran out: ``restarts.end_holds`` clears it
+        grants = tuple(
+            Grant(
+                g["role"],
+                int(g["replica"]),
+                fleet.index[g["node"]],
+                tuple(g["gpus"]),
+                float(g.get("cpus", 0.0)),
+                float(g.get("memory_gb", 0.0)),
+            )
+            for g in data.get("grants", [])
+            if g["node"] in fleet.index
+            and all(world.state.free[fleet.index[g["node"]], gpu] for gpu in g["gpus"])
+        )
+        allocation = Allocation(f"held:{row.id}", grants, until, row.priority)
+        if not grants or not _allocate(world.state, allocation):
+            continue
+        lost = tuple(fleet.index[n] for n in data.get("lost", []) if n in fleet.index)
+        world.holds[row.id] = Hold(allocation, lost)
+        claimed |= {
+            (n, gpu) for n, g in zip(names, data["grants"], strict=True) for gpu in g["gpus"]
+        }
+    return claimed
 
 
 def _routing(
@@ -147,8 +210,11 @@ def _routing(
     return caches.routing[1]
 
 
-def _hold(world: World, caches: Caches) -> None:
-    """Allocate the GPUs of holding jobs first, then what leaving jobs still occupy."""
+def _hold(
+    world: World, caches: Caches, recovery: Callable[[], set[tuple[str, int]]] | None = None
+) -> None:
+    """Allocate the GPUs of holding jobs first, then those held for restarts (``recovery``),
+    then what leaving jobs still occupy."""
     claimed: set[tuple[str, int]] = set()
     for job_id, reps in sorted(world.replicas.items()):
         row = world.rows.get(job_id)
@@ -163,6 +229,8 @@ def _hold(world: World, caches: Caches) -> None:
         claimed |= {(r.node, g) for r in reps for g in r.gpus}
         if job is not None:
             world.running.append(_running(job, world.state.allocations[job_id], row))
+    if recovery is not None:
+        claimed |= recovery()
     for job_id, reps in sorted(world.replicas.items()):
         row = world.rows.get(job_id)
         if row is not None and row.state in HOLDING:

@@ -53,9 +53,10 @@ from boltforge.core.preempt import (
     release_victims,
 )
 from boltforge.core.quota import QuotaTree, Verdict, admit, reclaimable_for
+from boltforge.core.recovery import recover
 from boltforge.core.routing import Route, RoutingFacts, fences, note_for, route_job
 from boltforge.core.single import plan_on_host
-from boltforge.core.state import Allocation, FleetState, Grant
+from boltforge.core.state import Allocation, Conflict, FleetState, Grant
 from boltforge.core.topology import TopologyTree
 from boltforge.core.victims import standing_of
 from boltforge.core.workload import Job, Running, Usage
@@ -203,7 +204,13 @@ def _consider(
         detail = (f"strict order: waits behind {p.head_blocked}",)
         p.waiting.append(Waiting(job.id, position, WaitReason.BEHIND, detail))
         return
-    _consider_one(p, job, position, may_reserve, upcoming)
+    hold = _release_hold(p, job)
+    if hold is None or not _recover(p, job, position):
+        bound = len(p.binds)
+        _consider_one(p, job, position, may_reserve, upcoming)
+        if hold is not None and len(p.binds) == bound:
+            _keep_hold(p, hold)
+            _say_held(p, job, hold)
     if p.policy.strict_order and p.waiting and p.waiting[-1].job == job.id:
         p.head_blocked = job.id
 
@@ -254,6 +261,60 @@ def _consider_one(
     basis = "when-and-where" if estimate is not None else ""
     p.failed_shapes.setdefault(shape, (reason, reasons))
     p.waiting.append(Waiting(job.id, position, reason, reasons, estimate, basis))  # 8. wait
+
+
+def _release_hold(p: _Pass, job: Job) -> Allocation | None:
+    """Give ``job`` back the GPUs held for its restart after a host failure (None: it has
+    no hold in the state)."""
+    if job.held is None or job.held.allocation.job not in p.work.allocations:
+        return None
+    return p.work.release(job.held.allocation.job)
+
+
+def _recover(p: _Pass, job: Job, position: int) -> bool:
+    """Restart a job that lost hosts on the GPUs it kept, replacing only the lost replicas
+    with the closest healthy hosts (``core/recovery.py``), outside reserved hosts it would
+    delay and within its quota. Returns whether it was bound."""
+    assert job.held is not None
+    blocked = _blocked_hosts(p, job)
+    saved = p.work.cordoned.copy()
+    if blocked:
+        p.work.cordoned[list(blocked)] = True
+    try:
+        placement = recover(p.work, job.gang, job.held)
+    finally:
+        p.work.cordoned = saved
+    if placement is None:
+        return False
+    verdict = _admit(p, job, placement)
+    if not verdict.ok:
+        return False
+    _bind(p, job, placement, position, note=placement.notes[0], borrowed=verdict.borrowed)
+    return True
+
+
+def _keep_hold(p: _Pass, hold: Allocation) -> None:
+    """Hold again what a job that stays waiting was given back (what is still free of it)."""
+    grants = tuple(g for g in hold.grants if all(p.work.free[g.host, gpu] for gpu in g.gpus))
+    if not grants:
+        return
+    try:
+        p.work.allocate(replace(hold, grants=grants))
+    except Conflict:  # its CPUs or memory went to another job meanwhile: the hold lapses
+        return
+
+
+def _say_held(p: _Pass, job: Job, hold: Allocation) -> None:
+    """Add to a waiting job's evidence which GPUs wait for its restart, and until when."""
+    if not p.waiting or p.waiting[-1].job != job.id:
+        return
+    names = p.work.tree.hosts
+    kept = sorted({names[g.host].name for g in hold.grants})
+    line = f"its GPUs on {', '.join(kept)} are held for its restart"
+    if hold.expected_end is not None:
+        line += f" for {max(hold.expected_end - p.now, 0.0):.0f} s more"
+    w = p.waiting[-1]
+    p.waiting[-1] = replace(w, detail=(line, *w.detail))
 
 
 def _one_island_replica(gang: Gang, placement: Placement) -> bool:

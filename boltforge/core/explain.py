@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from boltforge.core.gang import Gang, Role
-from boltforge.core.hostfit import eligible_hosts, host_fit
+from boltforge.core.hostfit import eligible_hosts, host_fit, talks
 from boltforge.core.levels import Level
 from boltforge.core.placement import Decision, Outcome, Placement
 from boltforge.core.state import FleetState
@@ -115,6 +115,18 @@ def _capability(tree: TopologyTree, role: Role) -> tuple[list[str], list[str]]:
     return reasons, fixes or ["change the job's capability or add a matching pool to the fleet"]
 
 
+def _degraded(state: FleetState, role: Role) -> list[str]:
+    """Names of the hosts that would take ``role`` but for being degraded (none unless its
+    replicas talk to peers)."""
+    if not talks(role) or not state.degraded.any():
+        return []
+    pools = state.tree.eligible_cache.get((role.capability, role.gpus, role.tensor_parallel))
+    usable = state.degraded & ~state.cordoned
+    if pools is not None:
+        usable &= pools
+    return [state.tree.hosts[int(h)].name for h in np.flatnonzero(usable)]
+
+
 def _sums(tree: TopologyTree, slots: IntArray) -> tuple[IntArray, IntArray]:
     racks = np.append(slots, 0)[tree.rack_hosts].sum(axis=1)
     pods = np.append(racks, 0)[tree.pod_racks].sum(axis=1)
@@ -134,6 +146,12 @@ def _levels(
     cordoned = int((eligible & state.cordoned).sum())
     if cordoned:
         lines.append(f"{cordoned} matching host(s) are cordoned")
+    degraded = _degraded(state, role)
+    if degraded:
+        lines.append(
+            f"{len(degraded)} matching host(s) are degraded and take no multi-replica or "
+            f"tensor-parallel work: {', '.join(degraded[:5])}{' ...' if len(degraded) > 5 else ''}"
+        )
     if role.gpus:
         free = state.free_gpus_per_host()
         isl = state.free_per_island().max(axis=1)

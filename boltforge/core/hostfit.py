@@ -33,10 +33,11 @@ class HostFit:
 
 
 def eligible_hosts(state: FleetState, role: Role) -> BoolArray:
-    """Hosts whose pool satisfies the role's capability (ignoring what is free).
+    """Hosts whose pool satisfies the role's capability (ignoring what is free), less the
+    degraded hosts when the role's replicas talk to peers (``talks``).
 
-    The answer depends only on the fleet's pools, so it is remembered per fleet; callers get a
-    fresh array they may change.
+    The pool part depends only on the fleet's pools, so it is remembered per fleet; callers
+    get a fresh array they may change.
     """
     tree = state.tree
     key = (role.capability, role.gpus, role.tensor_parallel)
@@ -44,7 +45,16 @@ def eligible_hosts(state: FleetState, role: Role) -> BoolArray:
     if cached is None:
         cached = _eligible(state, role)
         tree.eligible_cache[key] = cached
+    if talks(role) and state.degraded.any():
+        return cached & ~state.degraded
     return cached.copy()
+
+
+def talks(role: Role) -> bool:
+    """Whether ``role``'s replicas communicate heavily (several replicas, or a tensor-parallel
+    group): such replicas never go to a degraded host, where one slow GPU or link would
+    slow the whole collective."""
+    return role.replicas > 1 or role.tensor_parallel > 1
 
 
 def _eligible(state: FleetState, role: Role) -> BoolArray:

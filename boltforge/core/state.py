@@ -52,11 +52,16 @@ class FleetState:
     ``fit_key[h]`` packs the free GPUs on host ``h``, in its rack and in its pod into one
     integer (``TopologyTree.fit_spans``), so the tightest host is an ``argmin`` away: best fit
     orders hosts by exactly these three counts.
+
+    ``cordoned[h]``: host ``h`` takes no new work. ``degraded[h]``: it is healthy enough for
+    work that runs alone on it but too slow or flaky for replicas that talk to peers, so it
+    takes no replica of a multi-replica or tensor-parallel role (``hostfit.talks``).
     """
 
     __slots__ = (
         "allocations",
         "cordoned",
+        "degraded",
         "fit_key",
         "free",
         "free_cpus",
@@ -75,6 +80,7 @@ class FleetState:
         self.free_cpus: FloatArray = tree.host_cpus.copy()
         self.free_memory: FloatArray = tree.host_memory.copy()
         self.cordoned: BoolArray = np.zeros(len(tree.hosts), dtype=np.bool_)
+        self.degraded: BoolArray = np.zeros(len(tree.hosts), dtype=np.bool_)
         self.allocations: dict[str, Allocation] = {}
         self.island_free: IntArray = tree.island_onehot.sum(axis=1).astype(np.int64)
         self.host_free: IntArray = tree.host_gpus.copy()
@@ -100,6 +106,7 @@ class FleetState:
         other.free_cpus = self.free_cpus.copy()
         other.free_memory = self.free_memory.copy()
         other.cordoned = self.cordoned.copy()
+        other.degraded = self.degraded.copy()
         other.allocations = dict(self.allocations)
         other.island_free = self.island_free.copy()
         other.host_free = self.host_free.copy()

@@ -12,6 +12,20 @@ SERVING, PRODUCTION, INTERACTIVE, BATCH = 0, 1, 2, 3
 
 
 @dataclass(frozen=True, slots=True)
+class Hold:
+    """GPUs kept for a job that lost a host, so it can restart next to where it ran.
+
+    ``allocation`` is what its replicas on the healthy hosts held (their roles, ranks, hosts
+    and GPUs); the caller puts it in the fleet state under its own id (``allocation.job``,
+    e.g. ``held:<job>``) with ``expected_end`` the end of the hold, so no other job takes
+    those GPUs meanwhile. ``lost`` are the hosts it lost, to name the replacements.
+    """
+
+    allocation: Allocation
+    lost: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     """A job the cycle may start, keep, resize or evict.
 
@@ -20,7 +34,8 @@ class Job:
     ``time_limit`` bounds the run; ``estimate`` is a learned runtime estimate, used for
     backfill when present. ``elastic`` is the replica range of the gang's first role (None when
     the job is rigid). ``checkpoint_interval`` and ``restart_overhead`` price lost work when
-    the job is preempted.
+    the job is preempted. ``held``: GPUs kept for its restart after a host failure (the cycle
+    places it on them first, replacing only the lost hosts; see ``core/recovery.py``).
     """
 
     id: str
@@ -35,6 +50,7 @@ class Job:
     checkpoint_interval: float | None = None
     restart_overhead: float = 60.0
     attained_gpu_seconds: float = 0.0
+    held: Hold | None = None
 
     @property
     def priority(self) -> int:

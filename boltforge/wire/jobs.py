@@ -174,7 +174,8 @@ class LogPage(_Reply):
 
 class NodeOut(_Reply):
     """A row of ``bolt nodes``. ``reclaim_at``: when a spot reclaim notice says the node goes
-    (None: no notice pending)."""
+    (None: no notice pending). ``degraded``: it takes single-host work only (a straggler was
+    found there lately, or its agent reports it degraded)."""
 
     name: str
     pool: str
@@ -189,6 +190,7 @@ class NodeOut(_Reply):
     source: str = "declared"
     address: str = ""
     reclaim_at: float | None = None
+    degraded: bool = False
 
 
 class NodeList(_Reply):

@@ -33,10 +33,10 @@ def nodes(who: People, rt: Rt) -> NodeList:
     """Every registered node with its state, GPUs in use and (visible) jobs."""
     with rt.db.session() as s:
         rows = list(s.scalars(select(NodeRow).order_by(NodeRow.pod, NodeRow.rack, NodeRow.name)))
-        return NodeList(nodes=_rows_out(s, who, rows))
+        return NodeList(nodes=_rows_out(s, who, rows, rt.clock()))
 
 
-def _rows_out(s: Session, who: Caller, rows: list[NodeRow]) -> list[NodeOut]:
+def _rows_out(s: Session, who: Caller, rows: list[NodeRow], now: float) -> list[NodeOut]:
     used: Counter[str] = Counter()
     jobs: dict[str, set[str]] = defaultdict(set)
     live = select(JobRow.id, JobRow.team).where(JobRow.state.in_(LIVE))
@@ -48,7 +48,7 @@ def _rows_out(s: Session, who: Caller, rows: list[NodeRow]) -> list[NodeOut]:
         used[r.node] += len(r.gpus)
         if who.sees_team(teams.get(r.job_id, "")):
             jobs[r.node].add(r.job_id)
-    return [node_out(n, used[n.name], sorted(jobs[n.name])) for n in rows]
+    return [node_out(n, used[n.name], sorted(jobs[n.name]), now) for n in rows]
 
 
 @router.post("/nodes/{node}/cordon")
@@ -112,7 +112,7 @@ def _quarantine(
         s.flush()
         row = s.get(NodeRow, node)
         assert row is not None
-        [out] = _rows_out(s, who, [row])
+        [out] = _rows_out(s, who, [row], now)
     rt.scheduler.announce(touched)
     rt.scheduler.wake()
     return out
@@ -122,7 +122,7 @@ def _quarantine(
 def fleet(who: People, rt: Rt) -> FleetOut:
     """Capacity, use, queue and the loop's last pass: what ``bolt top`` draws."""
     with rt.db.session() as s:
-        world = load_world(s, rt.clock(), rt.scheduler.caches)
+        world = load_world(s, rt.clock(), rt.scheduler.caches, hold_s=rt.scheduler.recovery_hold_s)
         states = Counter(s.scalars(select(JobRow.state).where(JobRow.state.in_(LIVE))))
         by_team: Counter[str] = Counter()
         for team, gpus in s.execute(
