@@ -20,7 +20,7 @@ from boltforge.core.health import HealthRules, StragglerAction
 from boltforge.core.policy import POLICIES
 from boltforge.core.victims import PreemptRules
 from boltforge.spec import units
-from boltforge.spec.teams import Budget, load_teams
+from boltforge.spec.teams import TeamsSpec, load_teams
 
 
 def server_command(
@@ -87,8 +87,9 @@ def server_command(
     teams: Annotated[
         Path | None,
         typer.Option(
-            help="A YAML file of team budgets, e.g. `teams: {nlp: {budget: {monthly: 10000, "
-            "soft: 0.8}}}` (dollars per calendar month, UTC; see docs/cost.md)."
+            help="A YAML file of team quotas and budgets, e.g. `teams: {nlp: {quota: "
+            "{guaranteed: 64, burst: 128}, budget: {monthly: 10000, soft: 0.8}}}` (GPUs; "
+            "dollars per calendar month, UTC; see docs/quotas.md and docs/cost.md)."
         ),
     ] = None,
 ) -> None:
@@ -105,7 +106,7 @@ def server_command(
         errors.print(f"[bold red]error[/] --policy {policy!r}: known: {', '.join(POLICIES)}")
         raise typer.Exit(2)
     health = _health(straggler_action, straggler_ratio, straggler_samples, progress_timeout)
-    budgets = _budgets(teams)
+    teams_spec = _teams(teams)
     hold_s = _seconds("--recovery-hold", recovery_hold)
     url = db or default_url()
     home = Path(user_data_dir("boltforge"))
@@ -119,19 +120,21 @@ def server_command(
         health=health,
         admin_token=admin_token,
         agent_token=agent_token,
-        budgets=budgets,
+        budgets=teams_spec.budgets(),
+        teams=teams_spec,
         recovery_hold_s=hold_s,
     )
     app = create_app(config)
     uvicorn.run(app, host=host, port=port, log_level="warning", loop="uvloop", http="httptools")
 
 
-def _budgets(path: Path | None) -> dict[str, Budget]:
-    """The team budgets in ``path`` (none without one); exits 2 naming each bad field."""
+def _teams(path: Path | None) -> TeamsSpec:
+    """The teams file at ``path`` (no quotas or budgets without one); exits 2 naming each bad
+    field."""
     if path is None:
-        return {}
+        return TeamsSpec()
     with spec_errors():
-        return load_teams(path).budgets()
+        return load_teams(path)
 
 
 def _health(action: StragglerAction, ratio: float, samples: int, timeout: str) -> HealthRules:

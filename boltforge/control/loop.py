@@ -37,6 +37,7 @@ from boltforge.control.db import Database
 from boltforge.control.dispatch import dispatch
 from boltforge.control.health import HealthCheck
 from boltforge.control.notify import Notifier
+from boltforge.control.quotas import TeamQuotas, quota_tree
 from boltforge.control.restarts import end_holds
 from boltforge.control.world import Caches, World, load_world, usage
 from boltforge.core.cycle import run_cycle, schedule_arrival
@@ -83,11 +84,13 @@ class Scheduler:
         full_every_s: float = 10.0,
         health: HealthRules | None = None,
         recovery_hold_s: float = 60.0,
+        quotas: TeamQuotas | None = None,
     ) -> None:
         self.db, self.policy, self.notifier = db, policy, notifier
         self.settings, self.terms, self.clock = settings, terms, clock
         self.tick_s, self.full_every_s = tick_s, full_every_s
         self.recovery_hold_s = recovery_hold_s
+        self.quotas = quotas
         self.lock = threading.RLock()
         self.health = HealthCheck(health or HealthRules())
         self.stats = LoopStats()
@@ -189,6 +192,7 @@ class Scheduler:
     def _full(self, s: Session, now: float) -> Touched:
         started = time.perf_counter()
         world = load_world(s, now, self.caches, hold_s=self.recovery_hold_s)  # 2. world
+        world.quota = quota_tree(self.quotas, s, world, full=True)
         self._usage_at = float("-inf")
         snap = world.snapshot(self._usage(s, now), self._recent(now))
         result = run_cycle(snap, self.policy)  # 3. decide
@@ -211,6 +215,7 @@ class Scheduler:
             world = world or load_world(
                 s, now, self.caches, waiting=job_ids, hold_s=self.recovery_hold_s
             )
+            world.quota = world.quota or quota_tree(self.quotas, s, world, full=False)
             job = next((j for j in world.pending if j.id == job_id), None)
             if job is None:
                 continue

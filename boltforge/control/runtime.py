@@ -18,11 +18,12 @@ from boltforge.control.intake import Intake
 from boltforge.control.loop import Scheduler
 from boltforge.control.models import TokenRow
 from boltforge.control.notify import Notifier
+from boltforge.control.quotas import TeamQuotas
 from boltforge.control.world import Caches, load_fleet
 from boltforge.core.health import HealthRules
 from boltforge.core.policy import named
 from boltforge.core.victims import PreemptRules
-from boltforge.spec.teams import Budget
+from boltforge.spec.teams import Budget, TeamsSpec
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,8 @@ class ServerConfig:
     """How a server is set up. ``admin_token`` / ``agent_token`` are stored on start when
     given (so ``bolt up`` can hand them to its agents and to the user). ``budgets`` are the
     teams' monthly budgets by team name (``bolt server --teams``). ``recovery_hold_s``: how
-    long a job that lost a host keeps its healthy hosts' GPUs for its restart."""
+    long a job that lost a host keeps its healthy hosts' GPUs for its restart. ``teams``: the
+    teams file, whose quotas and lending rules the scheduler applies (None: no quotas)."""
 
     db_url: str
     checkpoint_root: str
@@ -44,6 +46,7 @@ class ServerConfig:
     agent_token: str | None = None
     budgets: Mapping[str, Budget] = field(default_factory=dict)
     recovery_hold_s: float = 60.0
+    teams: TeamsSpec | None = None
 
 
 class Runtime:
@@ -65,6 +68,7 @@ class Runtime:
             config.full_every_s,
             config.health,
             config.recovery_hold_s,
+            TeamQuotas.of(config.teams, clock()) if config.teams else None,
         )
         self.intake = Intake(self.db)
         self._tokens: dict[str, Caller] = {}

@@ -25,7 +25,7 @@ from boltforge.control.interruptions import routing_facts
 from boltforge.control.lifecycle import HOLDING, WAITING
 from boltforge.control.models import JobRow, NodeRow, ReplicaRow, RunRow
 from boltforge.core.cycle import Snapshot
-from boltforge.core.quota import lineage
+from boltforge.core.quota import QuotaTree, lineage
 from boltforge.core.routing import RoutingFacts
 from boltforge.core.state import Allocation, Conflict, FleetState, Grant
 from boltforge.core.workload import Hold, Job, Running, Usage
@@ -67,6 +67,7 @@ class World:
     now: float
     routing: RoutingFacts | None = None
     holds: dict[str, Hold] = field(default_factory=dict)
+    quota: QuotaTree | None = None
 
     def snapshot(self, usage: Usage, recent: tuple[tuple[float, int], ...]) -> Snapshot:
         return Snapshot(
@@ -77,6 +78,7 @@ class World:
             usage=usage,
             recent_preemptions=recent,
             routing=self.routing,
+            quota=self.quota,
         )
 
 
