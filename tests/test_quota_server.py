@@ -69,6 +69,16 @@ def test_a_burst_limit_holds_on_the_server(tmp_path: Path) -> None:
         assert "burst limit of 16" in " ".join(fleet.job(jobs[2]).waiting)
 
 
+def test_a_burst_limit_holds_for_arrivals_scheduled_together(tmp_path: Path) -> None:
+    teams = {"cv": {"quota": {"guaranteed": 8, "burst": 16}}}
+    with quota_fleet(tmp_path, teams) as fleet:
+        for i in range(3):
+            assert fleet.post("/v1/jobs", {"spec": make_spec(f"j{i}", 8, team="cv")}).is_success
+        fleet.settle()
+        states = sorted(fleet.job(j).state for j in ("1", "2", "3"))
+        assert states == ["pending", "scheduled", "scheduled"]
+
+
 def test_an_unused_guarantee_is_lent_then_restored_when_its_team_wants_it(tmp_path: Path) -> None:
     teams = {
         "nlp": {"quota": {"guaranteed": 16, "burst": 32}},

@@ -46,7 +46,7 @@ from boltforge.core.health import HealthRules
 from boltforge.core.modes import shape_of
 from boltforge.core.policy import Policy
 from boltforge.core.state import Allocation
-from boltforge.core.workload import Job, Usage
+from boltforge.core.workload import Job, Running, Usage
 
 log = logging.getLogger("boltforge.loop")
 MAX_INCREMENTAL = 512
@@ -237,6 +237,8 @@ class Scheduler:
             else:
                 for b in result.binds:
                     world.state.allocate(Allocation(b.job, b.placement.grants, None, job.priority))
+                    held = world.state.allocations[b.job]  # counts for the next arrivals' quota
+                    world.running.append(Running(job, held, now, borrowed=b.borrowed_gpus > 0))
             self._timed(started, result)
         return touched
 
