@@ -3,13 +3,14 @@ and lending rules of the teams file."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from boltforge.core.lending import Change, LendRule, decide, effective, idle_since
 from boltforge.spec.errors import SpecError
-from boltforge.spec.teams import TeamsSpec, parse_teams
+from boltforge.spec.teams import TeamsSpec, load_teams, parse_teams
 
 HOUR = 3600.0
 
@@ -129,3 +130,13 @@ def test_a_bad_quota_names_its_field(teams: dict[str, Any], field: str, words: s
 
 def test_no_teams_file_means_no_quotas() -> None:
     assert TeamsSpec().queues() == [] and TeamsSpec().lend_rules() == {}
+
+
+def test_the_example_teams_file_is_valid() -> None:
+    path = Path(__file__).resolve().parents[1] / "examples" / "teams.yaml"
+    spec = load_teams(path)
+    assert [(q.path, q.guaranteed, q.burst) for q in spec.queues()] == [
+        ("nlp", {"*": 8}, {"*": 24}),
+        ("research", {"*": 16}, {"*": 32}),
+    ]
+    assert sorted(spec.budgets()) == ["nlp", "research"]
