@@ -4,6 +4,7 @@ wait. Nothing here talks to a node; the caller commits, then wakes the nodes it 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from boltforge.control.lifecycle import HOLDING, WAITING, record, transition
-from boltforge.control.models import JobRow, ReplicaRow, RunRow
+from boltforge.control.models import JobRow, NodeRow, ReplicaRow, RunRow
 from boltforge.control.world import World
 from boltforge.core.decisions import Bind, CycleResult, Evict, Waiting
 from boltforge.core.explain import describe
@@ -93,6 +94,23 @@ def stop_replicas(world: World, reps: list[ReplicaRow]) -> Touched:
         elif r.state in ("starting", "running"):
             r.state, r.stop_requested_at = "stopping", world.now
             world.nodes[r.node].desired_version += 1
+            touched.nodes.add(r.node)
+    return touched
+
+
+def halt(s: Session, reps: Iterable[ReplicaRow], now: float) -> Touched:
+    """``stop_replicas`` outside a pass, reading nodes from the store: tell the nodes to stop
+    ``reps`` (the checkpoint signal, then a kill after the grace period); replicas that never
+    started are dropped at once, and ones already stopping are left as they are."""
+    touched = Touched()
+    for r in reps:
+        if r.state == "waiting":
+            r.state, r.exited_at = "exited", now
+        elif r.state in ("starting", "running"):
+            r.state, r.stop_requested_at = "stopping", now
+            node = s.get(NodeRow, r.node)
+            if node is not None:
+                node.desired_version += 1
             touched.nodes.add(r.node)
     return touched
 

@@ -19,7 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from boltforge.control.activity import merge
-from boltforge.control.actuate import Touched
+from boltforge.control.actuate import Touched, halt
 from boltforge.control.fleet import check_inventory
 from boltforge.control.lifecycle import HOLDING
 from boltforge.control.models import JobRow, NodeRow, ReplicaRow
@@ -150,15 +150,7 @@ def lose(s: Session, reps: list[ReplicaRow], now: float, why: str) -> Touched:
                 ReplicaRow.job_id == job_id, ReplicaRow.state.in_(("waiting", *LIVE_REPLICA))
             )
         )
-        for r in rest:
-            if r.state == "waiting":
-                r.state = "exited"
-            elif r.state != "stopping":
-                r.state, r.stop_requested_at = "stopping", now
-                node = s.get(NodeRow, r.node)
-                if node is not None:
-                    node.desired_version += 1
-                    touched.nodes.add(r.node)
+        touched |= halt(s, rest, now)
         if job.state in (*HOLDING, "preempting"):
             lost = sorted({r.node for r in reps if r.job_id == job_id})
             restart_or_fail(s, job, now, why, lost)

@@ -25,7 +25,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from boltforge.control.activity import idle_since
-from boltforge.control.actuate import HELD, Touched, close_run
+from boltforge.control.actuate import HELD, Touched, close_run, halt
 from boltforge.control.audit import audit
 from boltforge.control.auth import Caller
 from boltforge.control.lifecycle import record, transition
@@ -161,7 +161,7 @@ def reclaim(s: Session, job: JobRow, stall: Stall, now: float) -> Touched:
     q = select(ReplicaRow).where(
         ReplicaRow.job_id == job.id, ReplicaRow.epoch == job.epoch, ReplicaRow.state.in_(HELD)
     )
-    touched = stop(s, list(s.scalars(q)), now)
+    touched = halt(s, s.scalars(q), now)
     close_run(s, job, now)
     data = {
         "reason": "no-progress",
@@ -175,21 +175,6 @@ def reclaim(s: Session, job: JobRow, stall: Stall, now: float) -> Touched:
         data["gpu_idle_s"] = round(stall.gpu_idle_s, 3)
     transition(s, job, "failed", now, f"failed: {stall.describe()}", "failed", data)
     touched.jobs.add(job.id)
-    return touched
-
-
-def stop(s: Session, reps: list[ReplicaRow], now: float) -> Touched:
-    """Tell the nodes to stop ``reps``; replicas that never started are dropped at once."""
-    touched = Touched()
-    for r in reps:
-        if r.state == "waiting":
-            r.state, r.exited_at = "exited", now
-        elif r.state != "stopping":
-            r.state, r.stop_requested_at = "stopping", now
-            node = s.get(NodeRow, r.node)
-            if node is not None:
-                node.desired_version += 1
-            touched.nodes.add(r.node)
     return touched
 
 

@@ -14,10 +14,9 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from boltforge.control.actuate import HELD, Touched, close_run
+from boltforge.control.actuate import HELD, Touched, close_run, halt
 from boltforge.control.audit import audit
 from boltforge.control.auth import Caller
-from boltforge.control.health import stop
 from boltforge.control.lifecycle import transition
 from boltforge.control.models import JobRow, NodeRow, ReplicaRow
 from boltforge.control.quarantine import drain
@@ -52,7 +51,7 @@ def requeue(s: Session, job: JobRow, rep: ReplicaRow, ev: ReplicaEvent) -> Touch
             ReplicaRow.state.in_(HELD),
         )
     )
-    touched = stop(s, list(rest), ev.at)
+    touched = halt(s, rest, ev.at)
     close_run(s, job, ev.at)
     data = {"node": rep.node, "replica": rep.id, "epoch": job.epoch, "evidence": ev.detail}
     message = f"requeued: node {rep.node} failed its preflight ({ev.detail}); placed elsewhere"

@@ -19,7 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from boltforge.control import preflight
-from boltforge.control.actuate import Touched, close_run
+from boltforge.control.actuate import Touched, close_run, halt
 from boltforge.control.lifecycle import HOLDING, record, transition
 from boltforge.control.models import JobRow, LogRow, NodeRow, RankProgressRow, ReplicaRow
 from boltforge.control.restarts import restart_or_fail
@@ -107,7 +107,7 @@ def _ended(s: Session, job: JobRow, rep: ReplicaRow, ev: ReplicaEvent) -> Touche
         return preflight.requeue(s, job, rep, ev)
     failed = ev.kind == "failed" or (ev.exit_code or 0) != 0 or ev.signal is not None
     if failed:
-        touched |= _stop_rest(s, alive)
+        touched |= halt(s, alive, ev.at)
         close_run(s, job, ev.at)
         job.exit_code = ev.exit_code if ev.exit_code is not None else -(ev.signal or 1)
         why = ev.detail or _exit_words(ev)
@@ -141,23 +141,9 @@ def _requeue(
     node = s.get(NodeRow, rep.node)
     if node is not None and node.state == "ready":
         node.state = "suspect"
-    touched = _stop_rest(s, alive)
+    touched = halt(s, alive, at)
     why = f"node {rep.node} stopped replica {rep.rank} on its own (lease lost or shutting down)"
     restart_or_fail(s, job, at, why, [rep.node])
-    return touched
-
-
-def _stop_rest(s: Session, alive: list[ReplicaRow]) -> Touched:
-    touched = Touched()
-    for r in alive:
-        if r.state == "waiting":
-            r.state = "exited"
-            continue
-        r.state = "stopping"
-        node = s.get(NodeRow, r.node)
-        if node is not None:
-            node.desired_version += 1
-            touched.nodes.add(r.node)
     return touched
 
 
