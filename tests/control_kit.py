@@ -67,8 +67,9 @@ class Node:
     session: str = ""
     started: set[str] = field(default_factory=set)
 
-    def register(self, running: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        inventory = {
+    def inventory(self) -> dict[str, Any]:
+        """What the node registers with: an 8-GPU H100 host of pool ``h100``."""
+        return {
             "name": self.name,
             "pool": "h100",
             "gpu": "H100-80GB",
@@ -80,7 +81,9 @@ class Node:
             "pod": "p0",
             "rack": self.rack,
         }
-        body = {"inventory": inventory, "running": running or []}
+
+    def register(self, running: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        body = {"inventory": self.inventory(), "running": running or []}
         lease: dict[str, Any] = self.fleet.post("/v1/agents/register", body, AGENT).json()
         self.session = lease["session"]
         return lease

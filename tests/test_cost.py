@@ -39,24 +39,9 @@ class PricedNode(Node):
 
     pool: str = "h100"
 
-    def register(self, running: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        inventory = {
-            "name": self.name,
-            "pool": self.pool,
-            "gpu": f"{self.pool.upper()}-80GB",
-            "gpu_memory_gb": 80,
-            "gpus": self.gpus,
-            "nvlink_island": 8,
-            "cpus": 64,
-            "memory_gb": 512,
-            "pod": "p0",
-            "rack": self.rack,
-            "price_per_gpu_hour": PRICES[self.pool],
-        }
-        body = {"inventory": inventory, "running": running or []}
-        lease: dict[str, Any] = self.fleet.post("/v1/agents/register", body, AGENT).json()
-        self.session = lease["session"]
-        return lease
+    def inventory(self) -> dict[str, Any]:
+        gpu = {"gpu": f"{self.pool.upper()}-80GB", "price_per_gpu_hour": PRICES[self.pool]}
+        return {**super().inventory(), "pool": self.pool, **gpu}
 
 
 def priced_fleet(tmp: Path, **config: Any) -> Fleet:

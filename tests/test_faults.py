@@ -53,8 +53,12 @@ def sleeper(name: str, seconds: float) -> dict[str, Any]:
 
 
 @contextmanager
-def fleet(tmp: Path, hosts: int, args: list[str]) -> Iterator[tuple[LocalCluster, Client]]:
-    cluster = LocalCluster(tmp, hosts=hosts, server_args=args)
+def fleet(
+    tmp: Path, hosts: int, args: list[str], agent_args: dict[str, list[str]] | None = None
+) -> Iterator[tuple[LocalCluster, Client]]:
+    """A running local cluster: ``args`` go to the server, ``agent_args`` to the agent of
+    the host they are keyed by."""
+    cluster = LocalCluster(tmp, hosts=hosts, server_args=args, agent_args=agent_args or {})
     try:
         cluster.start()
         with cluster.client() as api:

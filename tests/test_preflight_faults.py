@@ -6,21 +6,17 @@ next job; and no GPU is ever held by two allocations at once."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from controlplane import wait_until
 from sqlalchemy import select
+from test_faults import finished, fleet, store, submit
 
-from boltforge.client import Client
-from boltforge.control.db import Database
 from boltforge.control.invariants import double_allocations
 from boltforge.control.models import ReplicaRow
 from boltforge.testing.processes import LocalCluster
-from boltforge.wire.jobs import SubmitRequest
 
 SETTLE_S = 90.0
 linux = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
@@ -47,28 +43,9 @@ def job(name: str, code: str, *args: str) -> dict[str, Any]:
     return {"name": name, "team": "research", "gpus": 8, "command": command}
 
 
-@contextmanager
-def fleet(tmp: Path, hosts: int, **agent_args: list[str]) -> Iterator[tuple[LocalCluster, Client]]:
-    cluster = LocalCluster(tmp, hosts=hosts, agent_args=agent_args)
-    try:
-        cluster.start()
-        with cluster.client() as api:
-            yield cluster, api
-    finally:
-        cluster.stop()
-
-
-def submit(api: Client, spec: dict[str, Any]) -> str:
-    return api.submit(SubmitRequest(spec=spec)).job.id
-
-
-def finished(api: Client, *jobs: str) -> bool:
-    return all(api.job(j).state in ("succeeded", "failed", "cancelled") for j in jobs)
-
-
 def replicas(cluster: LocalCluster) -> list[ReplicaRow]:
     """Every replica the store has, after checking no GPU was ever held twice."""
-    db = Database(f"sqlite:///{cluster.data / 'store.db'}")
+    db = store(cluster)
     try:
         with db.session() as s:
             assert double_allocations(s) == []
@@ -81,7 +58,7 @@ def test_a_host_whose_prolog_fails_is_drained_and_the_job_runs_elsewhere(tmp_pat
     prolog = tmp_path / "ecc-check.sh"
     prolog.write_text('#!/bin/sh\necho "ECC errors on GPUs $CUDA_VISIBLE_DEVICES"\nexit 1\n')
     prolog.chmod(0o755)
-    with fleet(tmp_path, 2, **{"host-0": ["--prolog", str(prolog)]}) as (cluster, api):
+    with fleet(tmp_path, 2, [], {"host-0": ["--prolog", str(prolog)]}) as (cluster, api):
         jobs = [submit(api, job(f"j{i}", "import time; time.sleep(1)")) for i in range(2)]
         wait_until(lambda: finished(api, *jobs), SETTLE_S, "both jobs to finish")
         assert [api.job(j).state for j in jobs] == ["succeeded", "succeeded"]
@@ -99,7 +76,7 @@ def test_a_host_whose_prolog_fails_is_drained_and_the_job_runs_elsewhere(tmp_pat
 @linux
 def test_leftovers_are_cleaned_up_before_the_gpus_go_to_the_next_job(tmp_path: Path) -> None:
     note = tmp_path / "leak.txt"
-    with fleet(tmp_path, 1) as (cluster, api):
+    with fleet(tmp_path, 1, []) as (cluster, api):
         leaky = submit(api, job("leaky", LEAKY, str(note)))
         checker = submit(api, job("checker", CHECKER, str(note)))
         wait_until(lambda: finished(api, leaky, checker), SETTLE_S, "both jobs to finish")

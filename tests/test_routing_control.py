@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from control_kit import ADMIN, AGENT, Fleet, Node, make_spec
+from control_kit import ADMIN, Fleet, Node, make_spec
 
 from boltforge.control.interruptions import routing_facts
 from boltforge.control.world import Caches, load_fleet
@@ -24,25 +24,9 @@ class PricedNode(Node):
     tier: str = "on-demand"
     price: float = 4.0
 
-    def register(self, running: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        inventory = {
-            "name": self.name,
-            "pool": self.pool,
-            "gpu": "H100-80GB",
-            "gpu_memory_gb": 80,
-            "gpus": self.gpus,
-            "nvlink_island": 8,
-            "cpus": 64,
-            "memory_gb": 512,
-            "pod": "p0",
-            "rack": self.rack,
-            "tier": self.tier,
-            "price_per_gpu_hour": self.price,
-        }
-        body = {"inventory": inventory, "running": running or []}
-        lease: dict[str, Any] = self.fleet.post("/v1/agents/register", body, AGENT).json()
-        self.session = lease["session"]
-        return lease
+    def inventory(self) -> dict[str, Any]:
+        base = super().inventory()
+        return {**base, "pool": self.pool, "tier": self.tier, "price_per_gpu_hour": self.price}
 
 
 @pytest.fixture

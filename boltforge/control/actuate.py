@@ -12,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from boltforge.control.lifecycle import HOLDING, WAITING, record, transition
-from boltforge.control.models import JobRow, NodeRow, ReplicaRow, RunRow
+from boltforge.control.models import HELD, JobRow, NodeRow, ReplicaRow, RunRow
 from boltforge.control.world import World
 from boltforge.core.decisions import Bind, CycleResult, Evict, Waiting
 from boltforge.core.explain import describe
@@ -21,7 +21,6 @@ from boltforge.core.state import Grant
 from boltforge.ranges import hostlist
 
 FIRST_PORT = 29500
-HELD = ("waiting", "starting", "running", "stopping")
 
 
 @dataclass

@@ -8,9 +8,7 @@ from sqlalchemy.orm import Session
 
 from boltforge.control.actuate import Touched, close_run
 from boltforge.control.lifecycle import LIVE, transition
-from boltforge.control.models import JobRow, NodeRow, ReplicaRow
-
-ACTIVE = ("waiting", "starting", "running", "stopping")
+from boltforge.control.models import HELD, JobRow, NodeRow, ReplicaRow
 
 
 def cancel_jobs(s: Session, jobs: list[JobRow], who: str, at: float) -> Touched:
@@ -20,7 +18,7 @@ def cancel_jobs(s: Session, jobs: list[JobRow], who: str, at: float) -> Touched:
         if job.state not in LIVE:
             continue
         reps = s.scalars(
-            select(ReplicaRow).where(ReplicaRow.job_id == job.id, ReplicaRow.state.in_(ACTIVE))
+            select(ReplicaRow).where(ReplicaRow.job_id == job.id, ReplicaRow.state.in_(HELD))
         )
         live = False
         for r in reps:

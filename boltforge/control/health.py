@@ -25,11 +25,11 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from boltforge.control.activity import idle_since
-from boltforge.control.actuate import HELD, Touched, close_run, halt
+from boltforge.control.actuate import Touched, close_run, halt
 from boltforge.control.audit import audit
 from boltforge.control.auth import Caller
 from boltforge.control.lifecycle import record, transition
-from boltforge.control.models import EventRow, JobRow, NodeRow, RankProgressRow, ReplicaRow
+from boltforge.control.models import HELD, EventRow, JobRow, NodeRow, RankProgressRow, ReplicaRow
 from boltforge.control.quarantine import cordon, move_off
 from boltforge.core.health import (
     HealthRules,

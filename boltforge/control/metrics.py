@@ -67,10 +67,9 @@ from sqlalchemy.orm import Session
 from boltforge.control.budgets import spend
 from boltforge.control.fleet import Fleet
 from boltforge.control.lifecycle import ALLOWED, WAITING
-from boltforge.control.models import EventRow, JobRow, NodeRow, ReplicaRow
+from boltforge.control.models import HELD, EventRow, JobRow, NodeRow, ReplicaRow
 from boltforge.control.runtime import Runtime
 from boltforge.control.submit import PRIORITY_NAMES
-from boltforge.control.views import HELD
 from boltforge.control.world import USABLE_NODES, Caches, load_fleet
 from boltforge.core.fragmentation import index_over
 from boltforge.core.state import Allocation, Conflict, FleetState, Grant

@@ -73,6 +73,9 @@ class EventRow(Base):
     data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
 
 
+HELD = ("waiting", "starting", "running", "stopping")  # replica states that hold GPUs
+
+
 class ReplicaRow(Base):
     """One replica of one allocation epoch of a job, on one node.
 

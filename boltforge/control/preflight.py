@@ -14,11 +14,11 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from boltforge.control.actuate import HELD, Touched, close_run, halt
+from boltforge.control.actuate import Touched, close_run, halt
 from boltforge.control.audit import audit
 from boltforge.control.auth import Caller
 from boltforge.control.lifecycle import transition
-from boltforge.control.models import JobRow, NodeRow, ReplicaRow
+from boltforge.control.models import HELD, JobRow, NodeRow, ReplicaRow
 from boltforge.control.quarantine import drain
 from boltforge.wire.agent import ReplicaEvent
 

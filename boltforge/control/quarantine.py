@@ -17,9 +17,7 @@ from sqlalchemy.orm import Session
 
 from boltforge.control.actuate import Touched, finish_stop
 from boltforge.control.lifecycle import HOLDING, transition
-from boltforge.control.models import JobRow, NodeRow, ReplicaRow
-
-HELD = ("waiting", "starting", "running", "stopping")
+from boltforge.control.models import HELD, JobRow, NodeRow, ReplicaRow
 
 
 class UnknownNode(Exception):

@@ -22,8 +22,8 @@ from sqlalchemy.orm import Session
 
 from boltforge.control.actuate import Touched
 from boltforge.control.agents import LIVE_REPLICA, lose
-from boltforge.control.models import EventRow, JobRow, NodeRow, ReplicaRow
-from boltforge.control.quarantine import HELD, cordon, holders, move_off, node_row
+from boltforge.control.models import HELD, EventRow, JobRow, NodeRow, ReplicaRow
+from boltforge.control.quarantine import cordon, holders, move_off, node_row
 
 NOTICE = "reclaim"
 REQUEUES = ("checkpointed", "lost", "requeued")

@@ -6,13 +6,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from boltforge.control.cost import job_meter
-from boltforge.control.models import EventRow, JobRow, NodeRow, ReplicaRow
+from boltforge.control.models import HELD, EventRow, JobRow, NodeRow, ReplicaRow
 from boltforge.control.submit import PRIORITY_NAMES
 from boltforge.control.world import degraded
 from boltforge.ranges import hostlist
 from boltforge.wire.jobs import EventOut, JobDetail, JobSummary, NodeOut, ReplicaOut
-
-HELD = ("waiting", "starting", "running", "stopping")
 
 
 def summary(job: JobRow, nodes: list[str] | None = None) -> JobSummary:

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, defer
 from boltforge.control.fleet import Fleet, build_fleet
 from boltforge.control.interruptions import routing_facts
 from boltforge.control.lifecycle import HOLDING, WAITING
-from boltforge.control.models import JobRow, NodeRow, ReplicaRow, RunRow
+from boltforge.control.models import HELD, JobRow, NodeRow, ReplicaRow, RunRow
 from boltforge.core.cycle import Snapshot
 from boltforge.core.quota import QuotaTree, lineage
 from boltforge.core.routing import RoutingFacts
@@ -34,7 +34,6 @@ from boltforge.spec.job import JobSpec
 from boltforge.spec.resolve import to_gang
 from boltforge.wire.agent import Inventory
 
-ACTIVE = ("waiting", "starting", "running", "stopping")
 USABLE_NODES = ("ready", "suspect")  # live: they hold their jobs
 PLACEABLE_NODES = ("ready",)  # suspect nodes keep their jobs but get no new ones
 RECOVERY_HOLD_S = 60.0  # how long a job that lost a host keeps its healthy hosts' GPUs
@@ -115,7 +114,7 @@ def load_world(
         if degraded(node, now):
             state.degraded[fleet.index[name]] = True
     replicas = select(ReplicaRow).options(defer(ReplicaRow.spec))
-    active = list(s.scalars(replicas.where(ReplicaRow.state.in_(ACTIVE))))
+    active = list(s.scalars(replicas.where(ReplicaRow.state.in_(HELD))))
     by_job: dict[str, list[ReplicaRow]] = defaultdict(list)
     for r in active:
         by_job[r.job_id].append(r)

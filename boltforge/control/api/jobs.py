@@ -20,10 +20,10 @@ from boltforge.control.budgets import Admission
 from boltforge.control.cancel import cancel_jobs
 from boltforge.control.intake import Order
 from boltforge.control.lifecycle import LIVE
-from boltforge.control.models import EventRow, JobRow, LogRow, ReplicaRow
+from boltforge.control.models import HELD, EventRow, JobRow, LogRow, ReplicaRow
 from boltforge.control.runtime import Runtime
 from boltforge.control.submit import check_fit, find_by_key, parse_request
-from boltforge.control.views import HELD, detail, event_out, summary
+from boltforge.control.views import detail, event_out, summary
 from boltforge.spec.job import JobSpec
 from boltforge.spec.teams import Budget
 from boltforge.wire.jobs import (

@@ -17,9 +17,9 @@ from boltforge.control.api.errors import ERRORS, ApiError
 from boltforge.control.audit import audit
 from boltforge.control.auth import Caller
 from boltforge.control.lifecycle import LIVE
-from boltforge.control.models import JobRow, NodeRow, ReplicaRow
+from boltforge.control.models import HELD, JobRow, NodeRow, ReplicaRow
 from boltforge.control.runtime import Runtime
-from boltforge.control.views import HELD, node_out
+from boltforge.control.views import node_out
 from boltforge.control.world import load_world
 from boltforge.core.fragmentation import measure
 from boltforge.wire.jobs import FleetOut, NodeList, NodeOut
