@@ -22,6 +22,9 @@ from boltforge.core.victims import PreemptRules
 from boltforge.spec import units
 from boltforge.spec.teams import TeamsSpec, load_teams
 
+GRACEFUL_S = 3
+"""Seconds open requests (the console's event streams) get to finish when the server stops."""
+
 
 def server_command(
     db: Annotated[
@@ -92,8 +95,16 @@ def server_command(
             "dollars per calendar month, UTC; see docs/quotas.md and docs/cost.md)."
         ),
     ] = None,
+    reports: Annotated[
+        Path | None,
+        typer.Option(
+            help="A folder of `bolt simulate --report` outputs (one sub-folder each) that the "
+            "console lists and opens."
+        ),
+    ] = None,
 ) -> None:
-    """Run the control plane: the HTTP API, the store and the scheduling loop.
+    """Run the control plane: the HTTP API, the web console (at /console/), the store and
+    the scheduling loop.
 
     On a store with no admin token yet (and none given), one is made, printed once and saved
     in the data directory (admin-token, readable by you only).
@@ -123,9 +134,18 @@ def server_command(
         budgets=teams_spec.budgets(),
         teams=teams_spec,
         recovery_hold_s=hold_s,
+        reports_dir=str(reports) if reports else None,
     )
     app = create_app(config)
-    uvicorn.run(app, host=host, port=port, log_level="warning", loop="uvloop", http="httptools")
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        loop="uvloop",
+        http="httptools",
+        timeout_graceful_shutdown=GRACEFUL_S,
+    )
 
 
 def _teams(path: Path | None) -> TeamsSpec:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -11,10 +12,13 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from boltforge import __version__
+from boltforge import console as web
 from boltforge.control import metrics
-from boltforge.control.api import admin, agents, cost, errors, jobs, nodes
+from boltforge.control.api import admin, agents, console, cost, errors, jobs, nodes, stream
 from boltforge.control.api.methods import AllowHeader
 from boltforge.control.runtime import Runtime, ServerConfig
+
+log = logging.getLogger(__name__)
 
 
 def create_app(config: ServerConfig, clock: Callable[[], float] = time.time) -> FastAPI:
@@ -27,10 +31,12 @@ def create_app(config: ServerConfig, clock: Callable[[], float] = time.time) -> 
         await asyncio.to_thread(rt.start)
         rt.notifier.bind(asyncio.get_running_loop())
         task = asyncio.create_task(rt.scheduler.run())
+        sampler = asyncio.create_task(_sample(rt))
         rt.scheduler.wake()
         try:
             yield
         finally:
+            sampler.cancel()
             rt.scheduler.stop()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait_for(task, 10)
@@ -46,12 +52,23 @@ def create_app(config: ServerConfig, clock: Callable[[], float] = time.time) -> 
     app.state.runtime = rt
     errors.install(app)
     app.add_middleware(AllowHeader, app=app)
-    for module in (jobs, agents, nodes, admin, cost):
+    for module in (jobs, agents, nodes, admin, cost, console, stream):
         app.include_router(module.router)
     metrics.install(app, rt)  # GET /metrics: unauthenticated, aggregates only
+    web.install(app)  # GET /console/: static files, no data without a token
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
     return app
+
+
+async def _sample(rt: Runtime) -> None:
+    """Take a utilization sample for the console every ``sample_every_s`` seconds."""
+    while True:
+        try:
+            await asyncio.to_thread(rt.take_sample)
+        except Exception:  # a failed sample must not stop the next ones
+            log.exception("utilization sample failed")
+        await asyncio.sleep(rt.config.sample_every_s)

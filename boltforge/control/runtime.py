@@ -19,6 +19,7 @@ from boltforge.control.loop import Scheduler
 from boltforge.control.models import TokenRow
 from boltforge.control.notify import Notifier
 from boltforge.control.quotas import TeamQuotas
+from boltforge.control.utilization import History, sample
 from boltforge.control.world import Caches, load_fleet
 from boltforge.core.health import HealthRules
 from boltforge.core.policy import named
@@ -32,7 +33,9 @@ class ServerConfig:
     given (so ``bolt up`` can hand them to its agents and to the user). ``budgets`` are the
     teams' monthly budgets by team name (``bolt server --teams``). ``recovery_hold_s``: how
     long a job that lost a host keeps its healthy hosts' GPUs for its restart. ``teams``: the
-    teams file, whose quotas and lending rules the scheduler applies (None: no quotas)."""
+    teams file, whose quotas and lending rules the scheduler applies (None: no quotas).
+    ``reports_dir``: where the console finds ``bolt simulate --report`` folders (None: none).
+    ``sample_every_s``: how often the console's utilization history takes a sample."""
 
     db_url: str
     checkpoint_root: str
@@ -47,6 +50,8 @@ class ServerConfig:
     budgets: Mapping[str, Budget] = field(default_factory=dict)
     recovery_hold_s: float = 60.0
     teams: TeamsSpec | None = None
+    reports_dir: str | None = None
+    sample_every_s: float = 5.0
 
 
 class Runtime:
@@ -75,6 +80,14 @@ class Runtime:
         self._tokens_lock = threading.Lock()
         self._fleet_caches = Caches()
         self._fleet: Fleet | None = None
+        self.history = History(config.sample_every_s)
+        self._sample_caches = Caches()
+
+    def take_sample(self) -> None:
+        """Add the fleet's utilization now to the console's history (a worker thread's job)."""
+        with self.db.session() as s:
+            point = sample(s, self._sample_caches, self.clock(), self.config.recovery_hold_s)
+        self.history.add(point)
 
     def start(self) -> None:
         """Migrate the store, store the bootstrap tokens, and give every live node a full

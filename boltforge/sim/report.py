@@ -90,7 +90,8 @@ def write_report(
     cost: bool = False,
 ) -> Path:
     """Write the plots, ``summary.json`` and ``index.html`` into ``out_dir`` (created if
-    missing, files overwritten) and return the path of ``index.html``.
+    missing, files overwritten) and return the path of ``index.html``. ``summary.json`` holds
+    every metric and the comparison table as displayed (``table``), which the console shows.
 
     Plots draw every policy of ``results``; the tables and ``summary.json`` every policy of
     ``metrics``, in mapping order. ``cost``: also a cost, spot and deadline table and the plot
@@ -107,6 +108,7 @@ def write_report(
         "title": title,
         "command": command,
         "policies": {name: to_json(m) for name, m in metrics.items()},
+        "table": {"columns": COLUMNS, "rows": comparison_rows(metrics)},
     }
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     index = out_dir / "index.html"

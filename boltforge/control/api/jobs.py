@@ -86,7 +86,7 @@ async def submit(
         rt.scheduler.wake()
     else:
         rt.scheduler.wake(arrival=reply.job.id)
-    rt.notifier.notify(["jobs"])
+    rt.notifier.notify(["jobs", *(f"job:{r['id']}" for r in rows)])
     return reply
 
 
@@ -172,7 +172,9 @@ def _nodes_of(s: Session, ids: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def _visible(s: Session, job_id: str, who: Caller) -> JobRow:
+def visible_job(s: Session, job_id: str, who: Caller) -> JobRow:
+    """The job ``job_id`` if ``who`` may see it in detail: 404 if there is none, 403 if it is
+    another team's and ``who`` is a member."""
     row = s.get(JobRow, job_id)
     if row is None:
         tasks = s.scalar(select(JobRow.id).where(JobRow.array_id == job_id).limit(1))
@@ -191,7 +193,7 @@ def _visible(s: Session, job_id: str, who: Caller) -> JobRow:
 def get_job(job_id: str, who: People, rt: Rt) -> JobDetail:
     """One job: where it runs and why, or why it waits; its timeline and its meter."""
     with rt.db.session() as s:
-        return detail(s, _visible(s, job_id, who), rt.clock())
+        return detail(s, visible_job(s, job_id, who), rt.clock())
 
 
 @router.post("/{job_id}/cancel")
@@ -244,7 +246,7 @@ async def events(
 
 def _event_page(rt: Runtime, job_id: str, who: Caller, after: int) -> EventPage:
     with rt.db.session() as s:
-        row = _visible(s, job_id, who)
+        row = visible_job(s, job_id, who)
         q = select(EventRow).where(EventRow.job_id == job_id, EventRow.id > after)
         found = [event_out(e) for e in s.scalars(q.order_by(EventRow.id).limit(500))]
         return EventPage(job=job_id, state=row.state, events=found)
@@ -272,7 +274,7 @@ async def logs(
 
 def _log_page(rt: Runtime, job_id: str, who: Caller, after: int) -> LogPage:
     with rt.db.session() as s:
-        row = _visible(s, job_id, who)
+        row = visible_job(s, job_id, who)
         q = select(LogRow).where(LogRow.job_id == job_id, LogRow.id > after)
         chunks = list(s.scalars(q.order_by(LogRow.id).limit(1000)))
         text = "".join(c.data for c in chunks)
