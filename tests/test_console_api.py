@@ -135,6 +135,9 @@ def test_teams_show_quota_use_borrowing_standing_and_budget(fleet: Fleet) -> Non
     assert nlp["factor"] < 0.5 < vision["factor"]
     assert (vision["standing"], nlp["standing"]) == (1, 2)
     assert nlp["budget"] == 1000 and nlp["soft"] == 800 and nlp["budget_state"] == "ok"
+    fleet.submit(make_spec("unlisted", 1, team="misc"))
+    misc = next(t for t in get(fleet, "/v1/console/teams")["teams"] if t["team"] == "misc")
+    assert (misc["share"], misc["factor"], misc["guaranteed"]) == (None, None, None)
     assert nlp["spend"] >= 0 and vision["budget"] is None
 
 

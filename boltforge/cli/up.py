@@ -91,6 +91,7 @@ def _print_usage(fleet: LocalFleet, detach: bool) -> None:
     gpus = 8 * fleet.hosts
     lines = [
         f"fleet: {fleet.hosts} host(s), {gpus} x H100-80GB, server {fleet.url}",
+        f"console: {fleet.url}/console/ (sign in with the admin token {fleet.admin_token})",
         f"logs: {fleet.root / 'logs'}",
         f"saved the address and admin token in {config_path()}; try:",
         "  bolt submit examples/jobs/train-low.yaml --wait",

@@ -3,8 +3,8 @@
 Contract: the fair-share figures come from the same formula and tree the scheduler orders
 jobs by (``core.fairshare``: the teams file's queues, or one flat tree without one), so the
 standing shown is the order the scheduler would serve the teams in: highest factor first,
-then fewest GPUs held (the dominant share). Teams listed: every configured team and every team
-with live jobs or fair-share usage.
+then fewest GPUs held (the dominant share). Teams listed: every team of the teams file or with a
+budget, and every team with live jobs or fair-share usage.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from boltforge.control.models import JobRow
 from boltforge.control.world import usage
 from boltforge.core.fairshare import fair_share_factor, normalized_share
 from boltforge.core.quota import QuotaTree
+from boltforge.core.workload import Usage
 from boltforge.spec.teams import Budget, TeamsSpec
 from boltforge.wire.console import TeamStanding
 
@@ -41,7 +42,8 @@ def standings(
     tree = QuotaTree.build(specs.values())
     used = usage(s, now, half_life_s)
     holding, pending, running = _counts(s)
-    names = set(specs) | set(holding) | set(pending) | set(running)
+    configured = set(teams.teams) if teams else set()
+    names = configured | set(budget_of) | set(holding) | set(pending) | set(running)
     names |= {q.split("/")[0] for q in used.by_queue if q}
     spent = budgets.spend(s, now)
     out = []
@@ -60,19 +62,29 @@ def standings(
                 borrowing=max(holding[team] - (guaranteed or 0), 0) if guaranteed else 0,
                 pending=pending[team],
                 running=running[team],
-                share=round(normalized_share(tree, team), 4),
+                share=round(normalized_share(tree, team), 4) if team in tree else None,
                 usage_gpu_h=round(used.by_queue.get(team, 0.0) / 3600.0, 3),
-                factor=round(fair_share_factor(tree, used, team, capacity_gpus, half_life_s), 4),
+                factor=_factor(tree, used, team, capacity_gpus, half_life_s),
                 spend=round(spent.get(team, 0.0), 2),
                 budget=budget.monthly if budget else None,
                 soft=budget.soft_dollars if budget else None,
                 budget_state=budgets.state(budget, spent.get(team, 0.0)) if budget else None,
             )
         )
-    out.sort(key=lambda t: (-t.factor, t.using, t.team))
+    shared = fair_share_factor(tree, used, "", capacity_gpus, half_life_s)
+    out.sort(key=lambda t: (-(shared if t.factor is None else t.factor), t.using, t.team))
     for i, t in enumerate(out, 1):
         t.standing = i
     return out
+
+
+def _factor(
+    tree: QuotaTree, used: Usage, team: str, capacity_gpus: int, half_life_s: float
+) -> float | None:
+    """The team's fair-share factor, None when it has no queue of its own in ``tree``."""
+    if team not in tree:
+        return None
+    return round(fair_share_factor(tree, used, team, capacity_gpus, half_life_s), 4)
 
 
 def _counts(s: Session) -> tuple[Counter[str], Counter[str], Counter[str]]:

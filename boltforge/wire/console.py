@@ -112,9 +112,9 @@ class TeamStanding(_Reply):
     borrowing: int = 0
     pending: int = 0
     running: int = 0
-    share: float = 0.0
+    share: float | None = None
     usage_gpu_h: float = 0.0
-    factor: float = 1.0
+    factor: float | None = None
     standing: int = 0
     spend: float = 0.0
     budget: float | None = None
