@@ -1,0 +1,125 @@
+// The fleet page (#/fleet): summary strip, colour-by control and legend, the host map and
+// the host side panel. Live: re-fetches the map (at most ~2/s) and repaints changed cells.
+
+import * as api from "./api.js";
+import { h, card } from "./dom.js";
+import { colourOf, FREE_COLOUR, num, pct } from "./format.js";
+import { Refresher, nextFrame } from "./live.js";
+import { FleetMap, legendCounts, HIDDEN_COLOUR } from "./fleetmap.js";
+import { HostPanel } from "./hostpanel.js";
+import * as topology from "./topology.js";
+
+const POLL_MS = 10000;
+const LEGEND_MAX = 14;
+
+function stat(label, value, title) {
+  return h("div", { className: "stat", title }, h("div", { className: "stat-value" }, value),
+    h("div", { className: "stat-label" }, label));
+}
+
+// The summary tiles from the map (and /v1/fleet where it answered).
+function summaryTiles(map, fleet) {
+  const tiles = [
+    stat("GPUs used", `${num(map.gpus_used)} / ${num(map.gpus)}`,
+      `${pct(map.gpus ? map.gpus_used / map.gpus : 0, 1)} of the fleet's GPUs are held`),
+    stat("Utilisation", pct(map.gpus ? map.gpus_used / map.gpus : 0, 1)),
+    stat("Fragmentation", num(map.fragmentation, 3),
+      "fragmentation index: 0 = free GPUs in whole blocks, 1 = scattered"),
+  ];
+  if (fleet) {
+    tiles.push(
+      stat("Hosts ready", `${num(fleet.nodes_ready)} / ${num(fleet.nodes)}`),
+      stat("Jobs running", num(fleet.jobs_running)),
+      stat("Jobs pending", num(fleet.jobs_pending)),
+      stat("Last cycle", fleet.last_cycle_ms === null ? "-" : `${num(fleet.last_cycle_ms, 1)} ms`,
+        `${num(fleet.cycles)} scheduling cycles`));
+  }
+  return tiles;
+}
+
+function legendItem(colour, label, count) {
+  return h("span", { className: "legend-item" },
+    h("span", { className: "swatch", style: { background: colour } }), label,
+    h("span", { className: "muted" }, ` ${num(count)}`));
+}
+
+function legend(map, colorBy) {
+  const { entries, free } = legendCounts(map, colorBy);
+  const items = entries.slice(0, LEGEND_MAX).map(([key, count]) => {
+    if (colorBy === "team") return legendItem(colourOf(key), key, count);
+    if (!key) return legendItem(HIDDEN_COLOUR, "other teams' jobs", count);
+    const [id, name] = key.split("|");
+    return legendItem(colourOf(id), `${id} ${name}`, count);
+  });
+  if (entries.length > LEGEND_MAX) {
+    items.push(h("span", { className: "muted" }, `+${entries.length - LEGEND_MAX} more`));
+  }
+  items.push(legendItem(FREE_COLOUR, "free", free));
+  items.push(h("span", { className: "legend-item" }, h("span", { className: "swatch hatched" }),
+    "cordoned / draining / dead"));
+  return items;
+}
+
+export function mount(root, _arg, ctx) {
+  let destroyed = false;
+  let lastMap = null;
+  const summary = h("div", { testid: "fleet-summary", className: "stats" });
+  const legendBox = h("div", { className: "legend" });
+  const colorBy = h("select", { testid: "color-by", id: "color-by" },
+    h("option", { value: "team" }, "team"), h("option", { value: "job" }, "job"));
+  const map = new FleetMap((name) => openHost(name));
+  const panel = new HostPanel(ctx, () => refresher.request(), () => map.select(null));
+
+  function openHost(name) {
+    map.select(name);
+    panel.open(name);
+  }
+
+  function draw(reply, fleet) {
+    lastMap = reply;
+    summary.replaceChildren(...summaryTiles(reply, fleet));
+    map.render(reply);
+    legendBox.replaceChildren(...legend(reply, map.colorBy));
+  }
+
+  async function load() {
+    try {
+      const [reply, fleet] = await Promise.all([
+        api.get("/v1/console/map"),
+        api.get("/v1/fleet").catch(() => null),
+      ]);
+      topology.remember(reply);
+      await nextFrame();
+      if (!destroyed) draw(reply, fleet);
+    } catch (err) {
+      if (!destroyed) ctx.showError(err);
+    }
+  }
+
+  const refresher = new Refresher(load).every(POLL_MS);
+  colorBy.addEventListener("change", () => {
+    map.setColorBy(colorBy.value, lastMap);
+    if (lastMap) legendBox.replaceChildren(...legend(lastMap, map.colorBy));
+  });
+
+  root.append(
+    card(null, { className: "card summary-card" }, summary),
+    card("Fleet map", { className: "card map-card" },
+      h("div", { className: "toolbar" },
+        h("label", { for: "color-by" }, "Colour by "), colorBy, legendBox),
+      map.el),
+    panel.el);
+  refresher.request();
+
+  return {
+    onChange(change) {
+      if (change.state) refresher.request();
+      panel.onChange(change);
+    },
+    destroy() {
+      destroyed = true;
+      refresher.stop();
+      panel.destroy();
+    },
+  };
+}

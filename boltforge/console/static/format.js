@@ -1,0 +1,98 @@
+// Formatting: relative and absolute times, durations, numbers, dollars and stable colours.
+
+// "3m ago" / "in 5m" from unix seconds; "unknown" for null.
+export function relTime(unixS, nowMs = Date.now()) {
+  if (unixS === null || unixS === undefined) return "unknown";
+  const delta = unixS - nowMs / 1000;
+  if (Math.abs(delta) < 5) return "now";
+  const span = duration(Math.abs(delta));
+  return delta < 0 ? `${span} ago` : `in ${span}`;
+}
+
+// Local absolute time for a title attribute.
+export function absTime(unixS) {
+  if (unixS === null || unixS === undefined) return "";
+  return new Date(unixS * 1000).toLocaleString();
+}
+
+// A <time>-like span: relative text, absolute time on hover.
+export function timeText(unixS) {
+  return { text: relTime(unixS), title: absTime(unixS) };
+}
+
+// 45s, 3m, 2h 5m, 3d 4h.
+export function duration(seconds) {
+  if (seconds === null || seconds === undefined) return "-";
+  const s = Math.round(seconds);
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m`;
+  if (s < 86400) {
+    const m = Math.floor((s % 3600) / 60);
+    return m ? `${Math.floor(s / 3600)}h ${m}m` : `${Math.floor(s / 3600)}h`;
+  }
+  const hrs = Math.floor((s % 86400) / 3600);
+  return hrs ? `${Math.floor(s / 86400)}d ${hrs}h` : `${Math.floor(s / 86400)}d`;
+}
+
+export function dollars(value) {
+  if (value === null || value === undefined) return "-";
+  const digits = Math.abs(value) >= 100 ? 0 : 2;
+  return "$" + value.toLocaleString(undefined, {
+    minimumFractionDigits: digits, maximumFractionDigits: digits,
+  });
+}
+
+export function num(value, digits = 0) {
+  if (value === null || value === undefined) return "-";
+  return value.toLocaleString(undefined, {
+    minimumFractionDigits: digits, maximumFractionDigits: digits,
+  });
+}
+
+// A 0-based queue position shown 1-based; "-" when none.
+export function position(pos) {
+  return pos === null || pos === undefined ? "-" : String(pos + 1);
+}
+
+export function pct(fraction, digits = 0) {
+  if (fraction === null || fraction === undefined) return "-";
+  return `${(fraction * 100).toFixed(digits)}%`;
+}
+
+export function seconds(value) {
+  if (value === null || value === undefined) return "-";
+  return value < 1 ? `${Math.round(value * 1000)} ms` : `${value.toFixed(2)} s`;
+}
+
+// A stable 32-bit hash of a string (FNV-1a).
+function hash(text) {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) {
+    h ^= text.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return h >>> 0;
+}
+
+const colourCache = new Map();
+
+// A stable HSL colour for a team or job name.
+export function colourOf(name) {
+  let colour = colourCache.get(name);
+  if (!colour) {
+    const h = hash(name);
+    const hue = h % 360;
+    const sat = 55 + ((h >>> 9) % 20);
+    const light = 45 + ((h >>> 17) % 15);
+    colour = `hsl(${hue}, ${sat}%, ${light}%)`;
+    colourCache.set(name, colour);
+  }
+  return colour;
+}
+
+export const FREE_COLOUR = "#dfe3e8";
+
+// A CSS class for a job state badge.
+export function stateClass(state) {
+  return `badge state-${state || "unknown"}`;
+}
