@@ -157,6 +157,19 @@ def test_a_waiting_job_says_why_where_it_stands_and_when_it_should_start(fleet: 
     assert queued.waiting
 
 
+def test_a_big_arrival_that_must_wait_is_not_delayed_by_smaller_arrivals(fleet: Fleet) -> None:
+    leaving = fleet.submit(make_spec("leaving", 8))
+    fleet.start_everything()
+    fleet.post(f"/v1/jobs/{leaving}/cancel", {})  # its process still holds 8 GPUs
+    big = fleet.submit(make_spec("big", 32))
+    small = fleet.submit(make_spec("small", 8))  # no time limit: it would delay the big one
+    assert (fleet.job(big).state, fleet.job(big).reason) == ("pending", "reserved")
+    assert (fleet.job(small).state, fleet.job(small).reason) == ("pending", "reservation-ahead")
+    fleet.stop_everything()
+    assert fleet.job(big).state == "scheduled"
+    no_gpu_held_twice(fleet)
+
+
 def test_a_retried_submit_with_the_same_key_makes_one_job(fleet: Fleet) -> None:
     spec = make_spec("once", 8)
     first = fleet.post("/v1/jobs", {"spec": spec, "idempotency_key": "k-1"})

@@ -40,7 +40,7 @@ from boltforge.control.notify import Notifier
 from boltforge.control.quotas import TeamQuotas, quota_tree
 from boltforge.control.restarts import end_holds
 from boltforge.control.world import Caches, World, load_world, usage
-from boltforge.core.cycle import run_cycle, schedule_arrival
+from boltforge.core.cycle import reservation_depth, run_cycle, schedule_arrival
 from boltforge.core.decisions import CycleResult, Reserve, Waiting, WaitReason
 from boltforge.core.health import HealthRules
 from boltforge.core.modes import shape_of
@@ -207,9 +207,12 @@ class Scheduler:
         """Incremental passes for new jobs, in submit order, on one read of the store (read
         again only after a pass evicted someone). A job exactly like one that just had to
         wait, on the same holdings, waits for the same reason without asking the core again
-        (``_verdicts``; kept for ``VERDICT_S``, since time alone can change the answer)."""
+        (``_verdicts``; kept for ``VERDICT_S``, since time alone can change the answer).
+        An arrival that must wait while no start is reserved asks for a full pass at once, so
+        it gets the reservation before smaller arrivals backfill into the GPUs it waits for."""
         touched = Touched()
         world: World | None = None
+        blocked = False
         for job_id in job_ids:
             started = time.perf_counter()
             world = world or load_world(
@@ -240,6 +243,9 @@ class Scheduler:
                     held = world.state.allocations[b.job]  # counts for the next arrivals' quota
                     world.running.append(Running(job, held, now, borrowed=b.borrowed_gpus > 0))
             self._timed(started, result)
+            blocked = blocked or (bool(result.waiting) and not result.binds)
+        if blocked and not self.reservations and reservation_depth(self.policy) > 0:
+            self.wake()  # a full pass reserves a start for it before later arrivals backfill
         return touched
 
     def _persist(self, s: Session, world: World, result: CycleResult) -> Touched:

@@ -562,9 +562,14 @@ def _grow(p: _Pass) -> list[Resize]:
     return kept
 
 
+def reservation_depth(policy: Policy) -> int:
+    """How many waiting jobs a full pass reserves a start for: none without backfill, the
+    head job under EASY, ``policy.reservations`` under conservative backfill."""
+    return {Backfill.NONE: 0, Backfill.EASY: 1}.get(policy.backfill, policy.reservations)
+
+
 def _may_reserve(p: _Pass) -> bool:
-    depth = {Backfill.NONE: 0, Backfill.EASY: 1}.get(p.policy.backfill, p.policy.reservations)
-    return len(p.reservations) < depth
+    return len(p.reservations) < reservation_depth(p.policy)
 
 
 def _reserve(p: _Pass, job: Job, position: int, reasons: tuple[str, ...]) -> bool:
@@ -650,6 +655,7 @@ __all__ = [
     "Reserve",
     "Snapshot",
     "Waiting",
+    "reservation_depth",
     "run_cycle",
     "schedule_arrival",
 ]
