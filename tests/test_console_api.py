@@ -64,6 +64,29 @@ def test_the_map_draws_every_gpu_with_its_job(fleet: Fleet) -> None:
     assert {o["state"] for v in held.values() for o in v} == {"scheduled"}
 
 
+def test_the_map_counts_the_fleet_and_can_be_asked_for_some_hosts(fleet: Fleet) -> None:
+    job = fleet.submit(make_spec("train", 8, team="nlp"))
+    fleet.submit(make_spec("waits", 32, team="nlp"))
+    node = fleet.job(job).placement[0].node
+    page = get(fleet, f"/v1/console/map?hosts={node},host-99")
+    hosts = [h["name"] for pod in page["pods"] for rack in pod["racks"] for h in rack["hosts"]]
+    assert hosts == [node] and page["owners"][0]["job"] == job
+    assert (page["gpus"], page["gpus_used"], page["nodes"], page["nodes_ready"]) == (32, 8, 4, 4)
+    assert (page["jobs_running"], page["jobs_pending"]) == (1, 1)
+
+
+def test_a_cancelled_jobs_gpus_stay_its_own_until_its_processes_exit(fleet: Fleet) -> None:
+    job = fleet.submit(make_spec("leaving", 8, team="vision"))
+    fleet.start_everything()
+    fleet.post(f"/v1/jobs/{job}/cancel", {})
+    held = owners_on_map(get(fleet, "/v1/console/map"))
+    assert [(o["job"], o["team"], o["state"]) for v in held.values() for o in v] == [
+        (job, "vision", "cancelled")
+    ] * 8
+    fleet.stop_everything()
+    assert sum(len(v) for v in owners_on_map(get(fleet, "/v1/console/map")).values()) == 0
+
+
 def test_a_member_sees_another_teams_gpus_only_as_that_team(fleet: Fleet) -> None:
     fleet.submit(make_spec("theirs", 8, team="vision"))
     mine = fleet.submit(make_spec("mine", 8, team="nlp"))

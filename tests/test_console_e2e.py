@@ -193,8 +193,9 @@ def test_teams_utilization_and_reports_pages_draw(chromium: Browser, cluster: Lo
     expect(page.locator("[data-testid=team-row][data-team=vision]")).to_contain_text("$200")
     shot(page, "teams")
     page.goto(f"{cluster.url}/console/#/utilization")
-    expect(page.get_by_test_id("util-chart").locator("path, polyline").first).to_be_visible()
-    expect(page.get_by_test_id("frag-chart")).to_be_visible()
+    for chart, series in (("util-chart", "Allocated"), ("frag-chart", "Fragmentation index")):
+        line = page.get_by_test_id(chart).locator(f"[data-series='{series}']")
+        expect(line).to_have_attribute("points", re.compile(r"^[0-9.]+,[0-9.]+"))
     shot(page, "utilization")
     page.goto(f"{cluster.url}/console/#/reports")
     page.get_by_test_id("report-link").first.click()

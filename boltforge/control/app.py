@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.middleware.gzip import GZipMiddleware
 
 from boltforge import __version__
 from boltforge import console as web
@@ -19,6 +20,7 @@ from boltforge.control.api.methods import AllowHeader
 from boltforge.control.runtime import Runtime, ServerConfig
 
 log = logging.getLogger(__name__)
+GZIP_MIN_BYTES = 4096  # replies larger than this are compressed for clients that accept it
 
 
 def create_app(config: ServerConfig, clock: Callable[[], float] = time.time) -> FastAPI:
@@ -52,6 +54,7 @@ def create_app(config: ServerConfig, clock: Callable[[], float] = time.time) -> 
     app.state.runtime = rt
     errors.install(app)
     app.add_middleware(AllowHeader, app=app)
+    app.add_middleware(GZipMiddleware, minimum_size=GZIP_MIN_BYTES)  # not event streams
     for module in (jobs, agents, nodes, admin, cost, console, stream):
         app.include_router(module.router)
     metrics.install(app, rt)  # GET /metrics: unauthenticated, aggregates only

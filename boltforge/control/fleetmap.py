@@ -8,14 +8,14 @@ no id, name or state.
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, load_only
 
 from boltforge.control.auth import Caller
-from boltforge.control.lifecycle import LIVE
+from boltforge.control.lifecycle import LIVE, WAITING
 from boltforge.control.models import HELD, JobRow, NodeRow, ReplicaRow
 from boltforge.control.submit import PRIORITY_NAMES
 from boltforge.control.views import node_out, summary
@@ -23,6 +23,7 @@ from boltforge.control.world import degraded
 from boltforge.wire.console import FleetMap, GpuSlot, HostDetail, MapHost, MapPod, MapRack, Owner
 
 MIB_PER_GB = 1024.0
+_BRIEF = load_only(JobRow.id, JobRow.team, JobRow.name, JobRow.state, JobRow.priority)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +77,16 @@ class _Owners:
         )
 
 
-def fleet_map(s: Session, who: Caller, fragmentation: float, now: float) -> FleetMap:
-    """Every node by pod and rack (sorted by name), each GPU pointing at its holder."""
-    nodes = list(s.scalars(select(NodeRow).order_by(NodeRow.pod, NodeRow.rack, NodeRow.name)))
-    held = holders(s)
-    jobs = {r.id: r for r in s.scalars(select(JobRow).where(JobRow.state.in_(LIVE)))}
+def fleet_map(
+    s: Session, who: Caller, fragmentation: float, now: float, only: set[str] | None = None
+) -> FleetMap:
+    """Every node by pod and rack (sorted by name), each GPU pointing at its holder; with
+    ``only``, just those nodes (the fleet-wide figures still count every node)."""
+    q = select(NodeRow).order_by(NodeRow.pod, NodeRow.rack, NodeRow.name)
+    nodes = list(s.scalars(q if only is None else q.where(NodeRow.name.in_(only))))
+    held = holders(s, None if only is None else sorted(only))
+    ids = {h.job for by_gpu in held.values() for h in by_gpu.values()}
+    jobs = {r.id: r for r in s.scalars(select(JobRow).options(_BRIEF).where(JobRow.id.in_(ids)))}
     owners = _Owners(jobs, who)
     pods: dict[str, dict[str, list[MapHost]]] = {}
     used = total = 0
@@ -99,16 +105,38 @@ def fleet_map(s: Session, who: Caller, fragmentation: float, now: float) -> Flee
             gpus=cells,
         )
         pods.setdefault(n.pod, {}).setdefault(n.rack, []).append(host)
+    if only is not None:
+        total, used = _totals(s)
     return FleetMap(
         gpus=total,
         gpus_used=used,
         fragmentation=fragmentation,
+        **_counts(s),
         owners=owners.table,
         pods=[
             MapPod(name=p, racks=[MapRack(name=r, hosts=hs) for r, hs in racks.items()])
             for p, racks in pods.items()
         ],
     )
+
+
+def _totals(s: Session) -> tuple[int, int]:
+    """GPUs on every node, and GPUs held by replicas."""
+    total = sum(s.scalars(select(NodeRow.gpus)))
+    held = sum(len(g) for g in s.scalars(select(ReplicaRow.gpus).where(ReplicaRow.state.in_(HELD))))
+    return total, held
+
+
+def _counts(s: Session) -> dict[str, int]:
+    """Nodes (and those ready for work) and live jobs running or waiting."""
+    nodes = list(s.execute(select(NodeRow.state, NodeRow.cordoned)))
+    states = Counter(s.scalars(select(JobRow.state).where(JobRow.state.in_(LIVE))))
+    return {
+        "nodes": len(nodes),
+        "nodes_ready": sum(state == "ready" and not cordoned for state, cordoned in nodes),
+        "jobs_running": sum(states[k] for k in ("scheduled", "running", "preempting")),
+        "jobs_pending": sum(states[k] for k in WAITING),
+    }
 
 
 def host_detail(s: Session, node: NodeRow, who: Caller, now: float) -> HostDetail:

@@ -46,11 +46,17 @@ class MapPod(_Reply):
 
 
 class FleetMap(_Reply):
-    """``GET /v1/console/map``: every host by pod and rack, with who holds each GPU."""
+    """``GET /v1/console/map``: every host by pod and rack, with who holds each GPU, and the
+    fleet's totals: GPUs and GPUs held, fragmentation index, nodes (ready: taking work) and
+    live jobs holding GPUs (``jobs_running``) or waiting."""
 
     gpus: int
     gpus_used: int
     fragmentation: float
+    nodes: int = 0
+    nodes_ready: int = 0
+    jobs_running: int = 0
+    jobs_pending: int = 0
     owners: list[Owner]
     pods: list[MapPod]
 

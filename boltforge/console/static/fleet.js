@@ -17,24 +17,20 @@ function stat(label, value, title) {
     h("div", { className: "stat-label" }, label));
 }
 
-// The summary tiles from the map (and /v1/fleet where it answered).
-function summaryTiles(map, fleet) {
-  const tiles = [
+// The summary tiles, all from the map reply.
+function summaryTiles(map) {
+  const share = map.gpus ? map.gpus_used / map.gpus : 0;
+  return [
     stat("GPUs used", `${num(map.gpus_used)} / ${num(map.gpus)}`,
-      `${pct(map.gpus ? map.gpus_used / map.gpus : 0, 1)} of the fleet's GPUs are held`),
-    stat("Utilisation", pct(map.gpus ? map.gpus_used / map.gpus : 0, 1)),
+      `${pct(share, 1)} of the fleet's GPUs are held`),
+    stat("Utilisation", pct(share, 1)),
     stat("Fragmentation", num(map.fragmentation, 3),
       "fragmentation index: 0 = free GPUs in whole blocks, 1 = scattered"),
+    stat("Hosts ready", `${num(map.nodes_ready)} / ${num(map.nodes)}`,
+      "hosts taking new work (not cordoned, dead or suspect)"),
+    stat("Jobs running", num(map.jobs_running), "jobs holding GPUs"),
+    stat("Jobs pending", num(map.jobs_pending), "jobs waiting in the queue"),
   ];
-  if (fleet) {
-    tiles.push(
-      stat("Hosts ready", `${num(fleet.nodes_ready)} / ${num(fleet.nodes)}`),
-      stat("Jobs running", num(fleet.jobs_running)),
-      stat("Jobs pending", num(fleet.jobs_pending)),
-      stat("Last cycle", fleet.last_cycle_ms === null ? "-" : `${num(fleet.last_cycle_ms, 1)} ms`,
-        `${num(fleet.cycles)} scheduling cycles`));
-  }
-  return tiles;
 }
 
 function legendItem(colour, label, count) {
@@ -75,22 +71,19 @@ export function mount(root, _arg, ctx) {
     panel.open(name);
   }
 
-  function draw(reply, fleet) {
+  function draw(reply) {
     lastMap = reply;
-    summary.replaceChildren(...summaryTiles(reply, fleet));
+    summary.replaceChildren(...summaryTiles(reply));
     map.render(reply);
     legendBox.replaceChildren(...legend(reply, map.colorBy));
   }
 
   async function load() {
     try {
-      const [reply, fleet] = await Promise.all([
-        api.get("/v1/console/map"),
-        api.get("/v1/fleet").catch(() => null),
-      ]);
+      const reply = await api.get("/v1/console/map");
       topology.remember(reply);
       await nextFrame();
-      if (!destroyed) draw(reply, fleet);
+      if (!destroyed) draw(reply);
     } catch (err) {
       if (!destroyed) ctx.showError(err);
     }

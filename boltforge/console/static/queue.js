@@ -9,6 +9,7 @@ import { Refresher } from "./live.js";
 import * as cells from "./jobcells.js";
 
 const POLL_MS = 5000;
+const MAX_ROWS = 10000; // the API's largest page: every job of a busy queue
 const VIEWS = {
   live: "",
   waiting: "pending,requeued",
@@ -71,7 +72,7 @@ export function mount(root, _arg, ctx) {
   }
 
   async function load() {
-    const params = new URLSearchParams();
+    const params = new URLSearchParams({ limit: String(MAX_ROWS) });
     if (VIEWS[filters.view]) params.set("state", VIEWS[filters.view]);
     if (filters.team) params.set("team", filters.team);
     try {

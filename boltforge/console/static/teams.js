@@ -60,7 +60,9 @@ function standing(t) {
   return h("td", { title: "fair-share factor 2^(-usage/share): 1 unused, 0.5 at its share" },
     h("div", { className: "standing" }, `#${t.standing}`),
     h("div", { className: "bar-caption" },
-      `share ${pct(t.share, 1)} · usage ${num(t.usage_gpu_h, 1)} GPU-h · factor ${num(t.factor, 2)}`));
+      t.factor === null
+        ? `no queue of its own: one shared queue, ordered by GPUs held · usage ${num(t.usage_gpu_h, 1)} GPU-h`
+        : `share ${pct(t.share, 1)} · usage ${num(t.usage_gpu_h, 1)} GPU-h · factor ${num(t.factor, 2)}`));
 }
 
 function row(t) {

@@ -21,16 +21,18 @@ export function indexHosts(map) {
   return hosts;
 }
 
-// Remember a fresh map reply (the fleet page hands over the ones it fetches).
+// Remember a fresh map reply of the whole fleet (the fleet page hands over the ones it fetches).
 export function remember(map) {
   cached = indexHosts(map);
   fetchedAt = Date.now();
 }
 
-// The host index; re-fetched when older than a minute or when a wanted host is missing.
+// Where the wanted hosts sit: from the cache while it is under a minute old and knows them
+// all, else from a map of just those hosts (a job page need not download the whole fleet).
 export async function hostIndex(wanted = []) {
-  const stale = !cached || Date.now() - fetchedAt > MAX_AGE_MS;
-  const missing = cached && wanted.some((name) => !cached.has(name));
-  if (stale || missing) remember(await api.get("/v1/console/map"));
-  return cached;
+  if (!wanted.length) return cached || new Map();
+  const fresh = cached && Date.now() - fetchedAt <= MAX_AGE_MS;
+  if (fresh && wanted.every((name) => cached.has(name))) return cached;
+  const query = new URLSearchParams({ hosts: wanted.join(",") });
+  return indexHosts(await api.get(`/v1/console/map?${query}`));
 }

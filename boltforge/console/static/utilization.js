@@ -21,31 +21,41 @@ function share(sample, key) {
   return sample.gpus > 0 ? (sample[key] / sample.gpus) * 100 : 0;
 }
 
-// The chart's time range: the window up to now.
-function range(windowS) {
+// The chart's time range: the window up to now, or from the first sample when the server's
+// history is shorter than the window (it keeps samples since it started).
+function range(windowS, samples) {
   const x1 = Date.now() / 1000;
-  return { x0: x1 - Number(windowS), x1 };
+  const first = samples.length ? samples[0].at : x1;
+  const x0 = Math.max(x1 - Number(windowS), Math.min(first, x1 - 60));
+  return { x0, x1 };
+}
+
+function timeLabel(windowS, samples, windowLabel) {
+  const { x0, x1 } = range(windowS, samples);
+  return x1 - x0 < Number(windowS) - 1 ? "time (since the server started)" : `time (last ${windowLabel})`;
 }
 
 function utilChart(samples, windowS, windowLabel) {
   return lineChart({
-    testid: "util-chart", title: "GPU utilisation", ...range(windowS), area: true,
+    testid: "util-chart", title: "GPU utilisation", ...range(windowS, samples), area: true,
     xs: samples.map((s) => s.at),
     series: SERIES.map(([key, label, colour, dash, width]) => ({
       label, colour, dash, width, values: samples.map((s) => share(s, key)),
     })),
-    yMax: 100, yFormat: (v) => `${Math.round(v)}%`, yLabel: "% of GPUs", xLabel: `time (last ${windowLabel})`,
+    yMax: 100, yFormat: (v) => `${Math.round(v)}%`, yLabel: "% of GPUs",
+    xLabel: timeLabel(windowS, samples, windowLabel),
   });
 }
 
 function fragChart(samples, windowS, windowLabel) {
   return lineChart({
-    testid: "frag-chart", title: "Fragmentation index", ...range(windowS), area: true,
+    testid: "frag-chart", title: "Fragmentation index", ...range(windowS, samples), area: true,
     xs: samples.map((s) => s.at),
     series: [{
       label: "Fragmentation index", colour: "#d9912b", values: samples.map((s) => s.fragmentation),
     }],
-    yMax: 1, yFormat: (v) => v.toFixed(2), yLabel: "index (0-1)", xLabel: `time (last ${windowLabel})`,
+    yMax: 1, yFormat: (v) => v.toFixed(2), yLabel: "index (0-1)",
+    xLabel: timeLabel(windowS, samples, windowLabel),
   });
 }
 

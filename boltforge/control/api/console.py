@@ -39,13 +39,20 @@ router = APIRouter(prefix="/v1", tags=["console"], responses=ERRORS)
 
 
 @router.get("/console/map")
-def console_map(who: People, rt: Rt) -> FleetMap:
-    """Every host by pod and rack, each GPU pointing at the job (or, for a member, the other
-    team) holding it."""
+def console_map(
+    who: People,
+    rt: Rt,
+    hosts: Annotated[
+        str | None, Query(max_length=20_000, description="Comma-separated hosts: only these.")
+    ] = None,
+) -> FleetMap:
+    """Every host by pod and rack (or only ``hosts``), each GPU pointing at the job (or, for
+    a member, the other team) holding it."""
     now = rt.clock()
+    only = {h for h in hosts.split(",") if h} if hosts is not None else None
     with rt.db.session() as s:
         frag = _fragmentation(rt, s, now)
-        return fleet_map(s, who, frag, now)
+        return fleet_map(s, who, frag, now, only)
 
 
 def _fragmentation(rt: Runtime, s: Session, now: float) -> float:
