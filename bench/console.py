@@ -25,13 +25,12 @@ cache, for every first render):
 - **map_ms**: ``page.goto(/console/#/fleet)`` until ``[data-testid=fleet-map][data-rendered]``
   holds all 2,048 host elements; **map_render_ms** is the page's own ``data-render-ms``;
   **map_fetch_start_ms** and **map_fetch_ms**: when the page's ``GET /v1/console/map`` began
-  after the navigation and how long it took, by the browser's resource timing
-  (**fleet_fetch_ms**: its ``GET /v1/fleet``, fetched alongside).
+  after the navigation and how long it took, by the browser's resource timing.
 - **queue_ms**: ``#/queue`` (its default view: the waiting jobs) until the queue table
   holds as many rows as the page settles on (``queue_rows``, counted once before, untimed, in a
   load that waits until the count holds for a second; ``--queue-rows N`` gives it instead).
 - **job_ms**: ``#/job/ID`` for a running 256-GPU job until its state, timeline and all 32
-  placement hosts are drawn (**job_map_fetch_ms**: its fetch of the whole map, if it made one).
+  placement hosts are drawn (**job_map_fetch_ms**: its fetch of the map of its hosts, if it made one).
 - **live_map_ms**: with the map open, a 1-GPU job of team ``bench`` is submitted through the
   API; time until ``[data-testid=gpu][data-owner=ID]`` appears, without a reload.
   **live_map_placed_ms** is the server's share: from the submit to the job's ``placed`` event
@@ -372,7 +371,7 @@ MAP_READY = f"""(n) => {{
   const m = document.querySelector('[data-testid=fleet-map][data-rendered]');
   if (!m || m.querySelectorAll('[data-testid=host]').length < n) return null;
   const map = fetched('/v1/console/map');
-  return {{render_ms: Number(m.dataset.renderMs), map, fleet: fetched('/v1/fleet')}};
+  return {{render_ms: Number(m.dataset.renderMs), map}};
 }}"""
 QUEUE_READY = """(n) => {
   const rows = document.querySelectorAll('[data-testid=queue-row]').length;
@@ -459,11 +458,10 @@ def first_renders(pages: Pages, repeats: int, queue_rows: int) -> dict[str, Any]
 
 def page_timings(page: str, values: list[dict[str, Any]]) -> dict[str, Any]:
     """A page's own figures: the map's render time, and its fetches as the browser timed
-    them (the fleet page's map and /v1/fleet, the job page's map if it fetched one)."""
+    them (the fleet page's map, the job page's map of its hosts if it fetched one)."""
     out: dict[str, Any] = {}
     if page == "map":
         out["map_render_ms"] = stats([v["render_ms"] for v in values])
-        out.update(fetch_stats("fleet_fetch", [v["fleet"] for v in values]))
     if page != "queue":
         key = "map_fetch" if page == "map" else f"{page}_map_fetch"
         out.update(fetch_stats(key, [v["map"] for v in values], start=True))
@@ -607,9 +605,24 @@ def measure(f: Fleet, args: argparse.Namespace) -> dict[str, Any]:
                 out["queue_rows"] = rows
                 out.update(first_renders(pages, args.repeats, rows))
                 out.update(live_updates(pages, api, args.live, rows))
+                if args.screenshots:
+                    screenshots(pages, rows, args.screenshots)
             finally:
                 browser.close()
     return out
+
+
+def screenshots(pages: Pages, queue_rows: int, folder: Path) -> None:
+    """The map, the queue and the big job's page at this scale, as PNGs in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    f = pages.fleet
+    for name, route, ready, arg in (
+        ("fleet-16k", "fleet", MAP_READY, f.hosts),
+        ("queue-16k", "queue", QUEUE_READY, queue_rows),
+        ("job-256-gpus", f"job/{f.big_job}", JOB_READY, 32),
+    ):
+        with pages.opened(route, ready, arg) as page:
+            page.screenshot(path=str(folder / f"{name}.png"), full_page=name != "queue-16k")
 
 
 # ---- running it --------------------------------------------------------------------------------
@@ -639,6 +652,9 @@ def arguments() -> argparse.Namespace:
         "--queue-rows", type=int, default=0, help="Rows the queue page shows (0: count them)."
     )
     parser.add_argument("--setup-only", action="store_true", help="Set up, report, stop.")
+    parser.add_argument(
+        "--screenshots", type=Path, help="Save the pages at this scale as PNGs in this folder."
+    )
     parser.add_argument("--json", action="store_true")
     return parser.parse_args()
 
@@ -705,10 +721,9 @@ LABELS = {
     "map_render_ms": "  the page's own data-render-ms",
     "map_fetch_start_ms": "  its map fetch starts (after goto)",
     "map_fetch_ms": "  its map fetch takes (browser)",
-    "fleet_fetch_ms": "  its /v1/fleet fetch takes (browser)",
     "queue_ms": "queue first render (goto -> rows)",
     "job_ms": "job page first render (256-GPU job)",
-    "job_map_fetch_ms": "  its fetch of the whole map takes",
+    "job_map_fetch_ms": "  its fetch of its hosts' map takes",
     "live_map_ms": "live: submit -> GPU on the map",
     "live_map_placed_ms": "  of which submit -> placed (server)",
     "live_map_render_ms": "  the map's re-render (data-render-ms)",
