@@ -30,7 +30,8 @@ cache, for every first render):
   holds as many rows as the page settles on (``queue_rows``, counted once before, untimed, in a
   load that waits until the count holds for a second; ``--queue-rows N`` gives it instead).
 - **job_ms**: ``#/job/ID`` for a running 256-GPU job until its state, timeline and all 32
-  placement hosts are drawn (**job_map_fetch_ms**: its fetch of the map of its hosts, if it made one).
+  placement hosts are drawn (**job_map_fetch_ms**: its fetch of the map of its hosts, if
+  it made one).
 - **live_map_ms**: with the map open, a 1-GPU job of team ``bench`` is submitted through the
   API; time until ``[data-testid=gpu][data-owner=ID]`` appears, without a reload.
   **live_map_placed_ms** is the server's share: from the submit to the job's ``placed`` event
