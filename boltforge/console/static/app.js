@@ -3,6 +3,7 @@
 
 import * as api from "./api.js";
 import { LiveStream } from "./stream.js";
+import { assignColours } from "./format.js";
 import { ChangeBatcher } from "./live.js";
 import * as fleet from "./fleet.js";
 import * as queue from "./queue.js";
@@ -77,8 +78,19 @@ async function startSession() {
   $("nav").hidden = false;
   $("session").hidden = false;
   $("whoami").textContent = [me.name, me.role, me.team].filter(Boolean).join(" · ");
+  await teamColours();
   startStream();
   route();
+}
+
+// Every known team gets its colour once, in name order, so each page colours teams alike.
+async function teamColours() {
+  try {
+    const reply = await api.get("/v1/console/teams");
+    assignColours(reply.teams.map((t) => t.team));
+  } catch (_) {
+    // colours then come in the order pages meet the teams
+  }
 }
 
 function stopSession() {

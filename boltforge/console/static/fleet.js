@@ -3,7 +3,7 @@
 
 import * as api from "./api.js";
 import { h, card } from "./dom.js";
-import { colourOf, FREE_COLOUR, num, pct } from "./format.js";
+import { assignColours, colourOf, FREE_COLOUR, num, pct } from "./format.js";
 import { Refresher, nextFrame } from "./live.js";
 import { FleetMap, legendCounts, HIDDEN_COLOUR } from "./fleetmap.js";
 import { HostPanel } from "./hostpanel.js";
@@ -82,6 +82,7 @@ export function mount(root, _arg, ctx) {
     try {
       const reply = await api.get("/v1/console/map");
       topology.remember(reply);
+      assignColours(reply.owners.map((o) => o.team));
       await nextFrame();
       if (!destroyed) draw(reply);
     } catch (err) {

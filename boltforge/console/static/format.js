@@ -76,9 +76,26 @@ function hash(text) {
 
 const colourCache = new Map();
 
-// A stable HSL colour for a team or job name.
+// Distinct colours for teams: a fleet has few, and hashed hues often land close together.
+const PALETTE = [
+  "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#b07aa1",
+  "#edc948", "#ff9da7", "#9c755f", "#17becf", "#bcbd22", "#1f3b73",
+];
+const assigned = new Map();
+
+// Give each new name (a team) the next unused palette colour, in sorted order within one call;
+// a name keeps its colour once given, so colours on screen never shift.
+export function assignColours(names) {
+  for (const name of [...new Set(names)].sort()) {
+    if (!assigned.has(name) && assigned.size < PALETTE.length) {
+      assigned.set(name, PALETTE[assigned.size]);
+    }
+  }
+}
+
+// A stable colour for a team (from the palette once assigned) or a job (a hashed HSL).
 export function colourOf(name) {
-  let colour = colourCache.get(name);
+  let colour = assigned.get(name) || colourCache.get(name);
   if (!colour) {
     const h = hash(name);
     const hue = h % 360;

@@ -3,7 +3,7 @@
 
 import * as api from "./api.js";
 import { h, card, table, emptyRow } from "./dom.js";
-import { colourOf, dollars, num, pct } from "./format.js";
+import { assignColours, colourOf, dollars, num, pct } from "./format.js";
 import { Refresher } from "./live.js";
 
 const POLL_MS = 10000;
@@ -87,6 +87,7 @@ export function mount(root, _arg, ctx) {
       const sig = JSON.stringify(reply);
       if (destroyed || sig === signature) return;
       signature = sig;
+      assignColours(reply.teams.map((x) => x.team));
       t.tbody.replaceChildren(...reply.teams.map(row));
       if (!reply.teams.length) t.tbody.append(emptyRow(5, "No teams."));
     } catch (err) {
