@@ -265,6 +265,14 @@ def test_the_console_page_is_served_without_a_token(fleet: Fleet) -> None:
     assert root.status_code == 307 and root.headers["location"] == "/console/"
 
 
+def test_the_openapi_document_has_the_console_reads_but_not_the_endless_stream(
+    fleet: Fleet,
+) -> None:
+    paths = fleet.http.get("/openapi.json").json()["paths"]
+    assert {"/v1/console/map", "/v1/console/teams", "/v1/jobs/{job_id}/ranks"} <= set(paths)
+    assert "/v1/console/stream" not in paths
+
+
 def test_the_change_feed_names_jobs_and_nodes_since_a_sequence() -> None:
     notes = Notifier()
     start = notes.seq

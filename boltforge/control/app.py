@@ -39,6 +39,8 @@ def create_app(config: ServerConfig, clock: Callable[[], float] = time.time) -> 
             yield
         finally:
             sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampler
             rt.scheduler.stop()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait_for(task, 10)

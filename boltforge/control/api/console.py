@@ -43,7 +43,12 @@ def console_map(
     who: People,
     rt: Rt,
     hosts: Annotated[
-        str | None, Query(max_length=20_000, description="Comma-separated hosts: only these.")
+        str | None,
+        Query(
+            max_length=8000,
+            pattern=r"^[A-Za-z0-9_.,-]*$",
+            description="Comma-separated host names: only these.",
+        ),
     ] = None,
 ) -> FleetMap:
     """Every host by pod and rack (or only ``hosts``), each GPU pointing at the job (or, for

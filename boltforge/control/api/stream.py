@@ -8,7 +8,8 @@ listener fell too far behind to be told exactly (refresh everything). A member i
 about its own team's jobs (another team's change shows as ``all: false`` with no ids, which
 still tells the map to refresh). Changes are gathered for ``COALESCE_S`` before each event, so
 a busy fleet sends a few events a second, not one per change; a comment line is sent every
-``KEEPALIVE_S`` seconds of quiet so proxies keep the connection open.
+``KEEPALIVE_S`` seconds of quiet so proxies keep the connection open. It is left out of the
+OpenAPI document, which cannot describe a reply that never ends (docs/console.md has it).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ COALESCE_S = 0.25
 KEEPALIVE_S = 15.0
 
 
-@router.get("/stream", response_class=StreamingResponse)
+@router.get("/stream", response_class=StreamingResponse, include_in_schema=False)
 async def stream(request: Request, who: People, rt: Rt) -> StreamingResponse:
     """Server-sent events naming what changed (see the module docstring)."""
     return StreamingResponse(
