@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from control_kit import ADMIN, Fleet, make_spec
+from control_kit import ADMIN, Fleet, make_spec, postgres_server, store_url
 from test_control_api import token
 from test_health_control import later, report_steps
 
@@ -18,11 +18,12 @@ from boltforge.control.api.stream import _change
 from boltforge.control.notify import Notifier
 from boltforge.spec.teams import parse_teams
 
+__all__ = ["postgres_server", "store_url"]  # fixtures used by name
 DAY = 86400.0
 
 
 @pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[Fleet]:
+def fleet(tmp_path: Path, store_url: str) -> Iterator[Fleet]:
     teams = parse_teams(
         {
             "teams": {
@@ -36,7 +37,7 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
     lasting = LeaseTerms(2.0, DAY, DAY)  # leases outlast the hours tests skip
     config: dict[str, Any] = {"teams": teams, "budgets": teams.budgets(), "terms": lasting}
     config |= {"reports_dir": str(reports), "sample_every_s": DAY}  # samples taken by tests
-    with Fleet(tmp_path, hosts=4, **config) as f:
+    with Fleet(tmp_path, hosts=4, db_url=store_url, **config) as f:
         yield f
 
 

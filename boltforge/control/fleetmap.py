@@ -10,20 +10,36 @@ from __future__ import annotations
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session, load_only
+from sqlalchemy.orm import Session
 
 from boltforge.control.auth import Caller
 from boltforge.control.lifecycle import LIVE, WAITING
 from boltforge.control.models import HELD, JobRow, NodeRow, ReplicaRow
 from boltforge.control.submit import PRIORITY_NAMES
-from boltforge.control.views import node_out, summary
-from boltforge.control.world import degraded
+from boltforge.control.views import node_out, node_state, summary
+from boltforge.control.world import degraded_by
 from boltforge.wire.console import FleetMap, GpuSlot, HostDetail, MapHost, MapPod, MapRack, Owner
 
 MIB_PER_GB = 1024.0
-_BRIEF = load_only(JobRow.id, JobRow.team, JobRow.name, JobRow.state, JobRow.priority)
+# What the map reads: plain columns, and single JSON fields rather than whole documents (at
+# thousands of nodes and jobs, building ORM objects and decoding JSON is most of a map's cost).
+_NODE_COLUMNS = (
+    NodeRow.name,
+    NodeRow.pool,
+    NodeRow.pod,
+    NodeRow.rack,
+    NodeRow.gpus,
+    NodeRow.state,
+    NodeRow.cordoned,
+    NodeRow.reclaim_at,
+    NodeRow.degraded_until,
+    NodeRow.inventory["gpu"].as_string().label("gpu"),
+    NodeRow.health["degraded"].as_string().label("flag"),
+)
+_JOB_COLUMNS = (JobRow.id, JobRow.team, JobRow.name, JobRow.state, JobRow.priority)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +65,10 @@ def holders(s: Session, nodes: list[str] | None = None) -> dict[str, dict[int, H
 
 
 class _Owners:
-    """The map's owner table: each visible job once, each hidden team once."""
+    """The map's owner table: each visible job once, each hidden team once (``jobs``: rows of
+    ``_JOB_COLUMNS`` by id)."""
 
-    def __init__(self, jobs: dict[str, JobRow], who: Caller) -> None:
+    def __init__(self, jobs: dict[str, Any], who: Caller) -> None:
         self.jobs, self.who = jobs, who
         self.table: list[Owner] = []
         self._index: dict[str, int] = {}
@@ -65,7 +82,7 @@ class _Owners:
             self.table.append(self._owner(key, row, team))
         return self._index[key]
 
-    def _owner(self, key: str, row: JobRow | None, team: str) -> Owner:
+    def _owner(self, key: str, row: Any, team: str) -> Owner:
         if row is None or key.startswith("team:"):
             return Owner(team=team)
         return Owner(
@@ -82,11 +99,11 @@ def fleet_map(
 ) -> FleetMap:
     """Every node by pod and rack (sorted by name), each GPU pointing at its holder; with
     ``only``, just those nodes (the fleet-wide figures still count every node)."""
-    q = select(NodeRow).order_by(NodeRow.pod, NodeRow.rack, NodeRow.name)
-    nodes = list(s.scalars(q if only is None else q.where(NodeRow.name.in_(only))))
+    q = select(*_NODE_COLUMNS).order_by(NodeRow.pod, NodeRow.rack, NodeRow.name)
+    nodes = list(s.execute(q if only is None else q.where(NodeRow.name.in_(only))))
     held = holders(s, None if only is None else sorted(only))
     ids = {h.job for by_gpu in held.values() for h in by_gpu.values()}
-    jobs = {r.id: r for r in s.scalars(select(JobRow).options(_BRIEF).where(JobRow.id.in_(ids)))}
+    jobs = {r.id: r for r in s.execute(select(*_JOB_COLUMNS).where(JobRow.id.in_(ids)))}
     owners = _Owners(jobs, who)
     pods: dict[str, dict[str, list[MapHost]]] = {}
     used = total = 0
@@ -98,9 +115,9 @@ def fleet_map(
         host = MapHost(
             name=n.name,
             pool=n.pool,
-            gpu=str(n.inventory.get("gpu", "")),
-            state=node_out(n, len(taken), [], now).state,
-            degraded=degraded(n, now),
+            gpu=n.gpu or "",
+            state=node_state(n.state, n.cordoned, len(taken)),
+            degraded=degraded_by(n.degraded_until, n.flag, now),
             reclaim_at=n.reclaim_at,
             gpus=cells,
         )

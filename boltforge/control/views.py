@@ -87,10 +87,16 @@ def event_out(e: EventRow) -> EventOut:
     return EventOut(seq=e.id, at=e.at, kind=e.kind, message=e.message, data=dict(e.data or {}))
 
 
+def node_state(state: str, cordoned: bool, used: int) -> str:
+    """A node's state as shown: a cordoned live node is ``draining`` while ``used`` GPUs are
+    still held there, then ``cordoned``."""
+    if state in ("ready", "suspect") and cordoned:
+        return "draining" if used else "cordoned"
+    return state
+
+
 def node_out(n: NodeRow, used: int, jobs: list[str], now: float) -> NodeOut:
-    state = n.state
-    if state in ("ready", "suspect") and n.cordoned:
-        state = "draining" if used else "cordoned"
+    state = node_state(n.state, n.cordoned, used)
     inv = n.inventory
     return NodeOut(
         name=n.name,

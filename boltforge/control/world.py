@@ -156,10 +156,14 @@ def degraded(node: NodeRow, now: float) -> bool:
     """Whether ``node`` takes no multi-replica or tensor-parallel work now: a straggler was
     found on it lately (``degraded_until``), or its agent reports ``health: {degraded: ...}``
     (any value but empty, 0, false or no)."""
-    if node.degraded_until is not None and node.degraded_until > now:
+    return degraded_by(node.degraded_until, (node.health or {}).get("degraded"), now)
+
+
+def degraded_by(until: float | None, flag: object, now: float) -> bool:
+    """``degraded`` from its two inputs: the straggler evidence's end and the agent's flag."""
+    if until is not None and until > now:
         return True
-    flag = str((node.health or {}).get("degraded", "")).strip().lower()
-    return flag not in ("", "0", "false", "no")
+    return str(flag if flag is not None else "").strip().lower() not in ("", "0", "false", "no")
 
 
 def _recovery_holds(world: World, rows: list[JobRow], hold_s: float) -> set[tuple[str, int]]:
