@@ -156,3 +156,16 @@ def test_the_migrations_build_exactly_the_schema_the_code_expects(tmp_path: Path
         diff = compare_metadata(MigrationContext.configure(c), Base.metadata)
     db.close()
     assert diff == []
+
+
+def test_input_with_a_lone_surrogate_is_refused_naming_it_not_a_server_error(
+    tmp_path: Path,
+) -> None:
+    body = '{"spec": {"name": "a\\ud800", "team": "x", "gpus": 1, "command": ["a"]}}'
+    with Fleet(tmp_path, hosts=1) as fleet:
+        r = fleet.http.post(
+            "/v1/jobs", content=body, headers={**ADMIN, "content-type": "application/json"}
+        )
+    assert r.status_code == 422
+    [problem] = r.json()["problems"]
+    assert problem["field"] == "job.name" and problem["value"] == "a\ud800"

@@ -213,7 +213,10 @@ class Scheduler:
         touched = Touched()
         world: World | None = None
         blocked = False
+        reserved = {r.job for r in self.reservations}
         for job_id in job_ids:
+            if job_id in reserved:
+                continue  # a full pass since it arrived gave it a start: keep that answer
             started = time.perf_counter()
             world = world or load_world(
                 s, now, self.caches, waiting=job_ids, hold_s=self.recovery_hold_s

@@ -3,6 +3,7 @@ naming the field, the value and the fix; never a stack trace."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -68,11 +69,19 @@ def install(app: FastAPI) -> None:
         return _reply(e.status_code, str(e.detail), [], e.headers)
 
 
+class AsciiJSONResponse(JSONResponse):
+    """JSON with every non-ASCII character escaped: an error may quote the client's input,
+    which can hold lone surrogates that UTF-8 cannot encode."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, separators=(",", ":")).encode("ascii")
+
+
 def _reply(
     status: int, message: str, problems: list[Problem], headers: Mapping[str, str] | None = None
 ) -> JSONResponse:
     body = ErrorReply(error=message, problems=problems).model_dump(mode="json")
-    return JSONResponse(status_code=status, content=body, headers=dict(headers or {}))
+    return AsciiJSONResponse(status_code=status, content=body, headers=dict(headers or {}))
 
 
 def _plain(value: Any) -> Any:
