@@ -328,14 +328,15 @@ TERMINAL_COLUMNS = (
 )
 
 
-def _print_table(metrics: dict[str, Metrics], wall: float, results: dict[str, SimResult]) -> None:
-    table = Table(
-        title="Policy comparison",
-        box=box.SIMPLE_HEAD,
-        padding=(0, 1),
-        collapse_padding=True,
-        pad_edge=False,
+def _table(title: str) -> Table:
+    """A compact terminal table: a simple header rule, one space between columns."""
+    return Table(
+        title=title, box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False
     )
+
+
+def _print_table(metrics: dict[str, Metrics], wall: float, results: dict[str, SimResult]) -> None:
+    table = _table("Policy comparison")
     for key, header in TERMINAL_COLUMNS:
         table.add_column(header, justify="left" if key == "policy" else "right", no_wrap=True)
     for row in comparison_rows(metrics):
@@ -362,13 +363,7 @@ def markdown_table(metrics: dict[str, Metrics]) -> str:
 
 
 def _print_costs(metrics: dict[str, Metrics]) -> None:
-    table = Table(
-        title="Cost, spot reclaims and deadlines",
-        box=box.SIMPLE_HEAD,
-        padding=(0, 1),
-        collapse_padding=True,
-        pad_edge=False,
-    )
+    table = _table("Cost, spot reclaims and deadlines")
     for key, header in COST_COLUMNS:
         table.add_column(header, justify="left" if key in ("run", "dollars_by_pool") else "right")
     for row in cost_rows(metrics):

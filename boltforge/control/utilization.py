@@ -40,18 +40,21 @@ def sample(s: Session, caches: Caches, now: float, hold_s: float) -> UtilSample:
         if state in ("running", "stopping"):
             compute += len(held)
             productive += len(held) if job in stepping else 0
-    fragmentation = 0.0
-    if gpus:
-        world = load_world(s, now, caches, hold_s=hold_s)
-        fragmentation = round(measure(world.state).index, 4)
     return UtilSample(
         at=now,
         gpus=gpus,
         allocated=allocated,
         compute=compute,
         productive=productive,
-        fragmentation=fragmentation,
+        fragmentation=fragmentation_index(s, caches, now, hold_s) if gpus else 0.0,
     )
+
+
+def fragmentation_index(s: Session, caches: Caches, now: float, hold_s: float) -> float:
+    """The core's fragmentation index (0 to 1, 4 decimals) of the fleet as a scheduling pass
+    at ``now`` would see it; 0 for a fleet without GPUs."""
+    world = load_world(s, now, caches, hold_s=hold_s)
+    return round(measure(world.state).index, 4) if world.fleet.tree.total_gpus else 0.0
 
 
 class History:

@@ -22,8 +22,7 @@ from boltforge.control.health import STRAGGLER
 from boltforge.control.models import EventRow, NodeRow, RankProgressRow
 from boltforge.control.runtime import Runtime
 from boltforge.control.teamview import standings
-from boltforge.control.world import load_world
-from boltforge.core.fragmentation import measure
+from boltforge.control.utilization import fragmentation_index
 from boltforge.wire.console import (
     FleetMap,
     HostDetail,
@@ -65,8 +64,7 @@ def _fragmentation(rt: Runtime, s: Session, now: float) -> float:
     recent = rt.history.since(now - 2 * rt.config.sample_every_s)
     if recent:
         return recent[-1].fragmentation
-    world = load_world(s, now, rt.scheduler.caches, hold_s=rt.scheduler.recovery_hold_s)
-    return round(measure(world.state).index, 4) if world.fleet.tree.total_gpus else 0.0
+    return fragmentation_index(s, rt.scheduler.caches, now, rt.scheduler.recovery_hold_s)
 
 
 @router.get("/console/hosts/{name}")
@@ -123,8 +121,7 @@ def console_teams(who: People, rt: Rt) -> TeamsOut:
     lent = set(quotas.lent) if quotas else set()
     now = rt.clock()
     with rt.db.session() as s:
-        capacity = s.scalar(select(NodeRow.gpus).limit(1)) is not None
-        gpus = sum(s.scalars(select(NodeRow.gpus))) if capacity else 0
+        gpus = sum(s.scalars(select(NodeRow.gpus)))
         teams = standings(
             s,
             rt.config.teams,
