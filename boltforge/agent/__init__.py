@@ -6,6 +6,8 @@ plane assigns to it and reports what happened to them. It never decides placemen
 - ``preflight``: the node's checks before a replica starts (NVML, prolog scripts).
 - ``hooks``: running prolog and epilog scripts with a timeout.
 - ``cleanup``: after a replica ended, its leftover processes and shared memory files.
+- ``leftovers``: the record of launched replicas, through which an agent restarted after it
+  was killed finds the replicas it left running (and ends them before it registers).
 - ``tails``: reading what replicas append to their log and progress files.
 - ``replica``: one launched replica and what it has produced.
 - ``outbox``: reports waiting to be sent, in order and bounded in memory.

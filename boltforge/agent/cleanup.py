@@ -28,26 +28,30 @@ from pathlib import Path
 SHM = Path("/dev/shm")
 PROC = Path("/proc")
 ORPHAN_GRACE_S = 2.0
+# The longest checkpoint grace for replicas a killed agent left running (``leftovers``).
+LEFTOVER_GRACE_S = 30.0
 POLL_S = 0.05
 
 
 @dataclass(slots=True)
 class Cleanup:
     """What cleanup did: the leftover ``orphans`` (pids) it ended, whether any needed
-    SIGKILL, the ``shm`` files it removed, epilog failures, and how long it all took."""
+    SIGKILL, the ``shm`` files it removed, epilog failures, and how long it all took.
+    ``what`` names the orphans in ``describe``."""
 
     orphans: list[int] = field(default_factory=list)
     killed: bool = False
     shm: list[str] = field(default_factory=list)
     epilog: str = ""
     seconds: float = 0.0
+    what: str = "leftover process(es)"
 
     def describe(self) -> str:
         """One line for the exit report; empty when there was nothing to clean."""
         parts = []
         if self.orphans:
             how = "SIGKILL" if self.killed else "SIGTERM"
-            parts.append(f"ended {len(self.orphans)} leftover process(es) ({how})")
+            parts.append(f"ended {len(self.orphans)} {self.what} ({how})")
         if self.shm:
             parts.append(f"removed {len(self.shm)} /dev/shm file(s): {', '.join(self.shm)}")
         if self.epilog:
@@ -89,18 +93,19 @@ def held_shm(pids: Iterable[int], shm: Path = SHM, proc: Path = PROC) -> set[Pat
 
 
 async def end_group(pgid: int, grace_s: float = ORPHAN_GRACE_S) -> tuple[list[int], bool]:
-    """End what is left in process group ``pgid``: SIGTERM, then SIGKILL after ``grace_s``.
-    Returns the pids found and whether SIGKILL was needed. Without ``/proc`` the group just
-    gets SIGKILL and no pids are reported."""
+    """End what is left in process group ``pgid``: SIGTERM, then SIGKILL after ``grace_s``
+    (a grace of 0: SIGKILL at once). Returns the pids found and whether SIGKILL was needed.
+    Without ``/proc`` the group just gets SIGKILL and no pids are reported."""
     if not PROC.is_dir():
         _signal(pgid, signal.SIGKILL)
         return [], False
     members = group_members(pgid)
     if not members:
         return [], False
-    _signal(pgid, signal.SIGTERM)
-    if await _emptied(pgid, grace_s):
-        return members, False
+    if grace_s > 0:
+        _signal(pgid, signal.SIGTERM)
+        if await _emptied(pgid, grace_s):
+            return members, False
     _signal(pgid, signal.SIGKILL)
     await _emptied(pgid, 1.0)
     return members, True

@@ -12,6 +12,10 @@ Who does what:
    answered for ``lease_s`` it stops every replica (the server may have given their GPUs to
    another job) and drops the session, so the next heartbeat registers again.
 5. ``_send_reports`` sends the outbox in order; what fails to send is retried.
+
+Before any of them, the agent ends what a previous run of it, killed with SIGKILL or
+crashed, left running (``Runtime.end_leftovers``), so that it registers with a node that runs
+nothing the server does not know of; the lease's end is kept in the launch record for that.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 
 from boltforge import __version__
 from boltforge.agent.activity import sample_gpus
+from boltforge.agent.cleanup import LEFTOVER_GRACE_S
 from boltforge.agent.client import (
     AgentClientError,
     Backoff,
@@ -58,7 +63,8 @@ class Agent:
     replicas have stopped gracefully, or 2 when the server refuses the registration for good
     (bad token, invalid inventory). ``poll_wait_s`` is the long-poll wait; ``tick_s`` how
     often output is read and the lease checked; ``hooks`` the prolog and epilog scripts run
-    around each replica (see ``preflight``)."""
+    around each replica (see ``preflight``); ``leftover_grace_s`` the longest checkpoint
+    grace given to replicas a killed run of the agent left running (see ``leftovers``)."""
 
     def __init__(
         self,
@@ -70,8 +76,10 @@ class Agent:
         tick_s: float = 0.2,
         max_backoff_s: float = 10.0,
         hooks: NodeHooks | None = None,
+        leftover_grace_s: float = LEFTOVER_GRACE_S,
     ) -> None:
         self.client, self.inventory = client, inventory
+        self.leftover_grace_s = leftover_grace_s
         self.poll_wait_s, self.tick_s, self.max_backoff_s = poll_wait_s, tick_s, max_backoff_s
         self.outbox = Outbox()
         hooks = hooks or NodeHooks()
@@ -98,6 +106,7 @@ class Agent:
         self._stop.set()
 
     async def run(self) -> int:
+        await self.runtime.end_leftovers(self.leftover_grace_s)
         loops = {
             name: asyncio.create_task(work(), name=name) for name, work in self._loops().items()
         }
@@ -172,7 +181,7 @@ class Agent:
     def _registered_with(self, lease: Lease, sent_at: float) -> Session:
         session = Session.of(lease)
         self.session, self._fenced = session, False
-        self.lease.renew(lease, sent_at)
+        self._renew(lease, sent_at)
         self.since = min(self.since, max(lease.desired_version - 1, 0))
         log.info("registered as node %s (lease %.1fs)", session.node, session.lease_s)
         self._apply_stops(lease.stop)
@@ -204,9 +213,17 @@ class Agent:
             return self.session is session
         if self.session is not session:
             return False
-        self.lease.renew(lease, sent)
+        self._renew(lease, sent)
         self._apply_stops(lease.stop)
         return True
+
+    def _renew(self, lease: Lease, sent_at: float) -> None:
+        """Renew the lease clock, and note in the launch record until when (wall clock) the
+        lease holds: a restart after a crash gives leftovers only that long to checkpoint."""
+        self.lease.renew(lease, sent_at)
+        assert self.lease.renewed_at is not None
+        left = self.lease.renewed_at + self.lease.lease_s - time.monotonic()
+        self.runtime.record.renewed(time.time() + left)
 
     def _apply_stops(self, names: list[str]) -> None:
         for name in names:

@@ -1,5 +1,14 @@
 """The replicas on this node: starting, stopping (checkpoint signal, grace, kill), reaping, and
-collecting their output into the outbox."""
+collecting their output into the outbox.
+
+Every launch is written to the launch record (``leftovers``) and every replica is struck from
+it once it exited and was cleaned up after. An agent restarted after it was killed (SIGKILL,
+a crash) ends, before it registers, the replicas its previous run left running
+(``end_leftovers``): checkpoint signal to each one's process group, a grace (its spec's,
+capped by ``--leftover-grace``, and only what the lease had left), SIGKILL, then the usual
+cleanup; each is reported ``exited`` by the node (``by_node``), so its job requeues and
+resumes from its last checkpoint. It does not adopt them: it could not wait for a process
+that is not its child, so their exit codes would be lost."""
 
 from __future__ import annotations
 
@@ -12,8 +21,23 @@ from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
-from boltforge.agent.cleanup import Cleanup, end_group, group_members, held_shm, remove_shm
+from boltforge.agent.cleanup import (
+    LEFTOVER_GRACE_S,
+    Cleanup,
+    end_group,
+    group_members,
+    held_shm,
+    remove_shm,
+)
 from boltforge.agent.hooks import run_scripts
+from boltforge.agent.leftovers import (
+    RECORD_NAME,
+    Found,
+    Launched,
+    LaunchRecord,
+    find,
+    grace_for,
+)
 from boltforge.agent.outbox import Outbox
 from boltforge.agent.preflight import NodeHooks, Preflight
 from boltforge.agent.processes import (
@@ -32,6 +56,7 @@ log = logging.getLogger("boltforge.agent")
 
 # The agent's own credentials, kept out of the replicas' environment.
 AGENT_SECRETS = frozenset({"BOLT_TOKEN", "BOLT_AGENT_TOKEN", "BOLT_ADMIN_TOKEN"})
+LEFT_BY_KILLED_AGENT = "process(es) left running when the agent was killed"
 
 
 class Runtime:
@@ -39,7 +64,8 @@ class Runtime:
     (or stopping) under that name; ``finished`` holds every ``(replica, epoch)`` that has run
     to exit or failed to start, which is never started again. ``on_exit`` is called after each
     exit, so the agent can start what waited for it. ``preflight`` checks the node before
-    each start; ``hooks.epilogs`` run after each exit, with the cleanup (see ``_watch``)."""
+    each start; ``hooks.epilogs`` run after each exit, with the cleanup (see ``_watch``).
+    ``record`` lists the replicas launched and not yet cleaned up after (``leftovers``)."""
 
     def __init__(
         self,
@@ -60,6 +86,7 @@ class Runtime:
         self.live: dict[str, Replica] = {}
         self.draining: list[Replica] = []
         self.finished: set[tuple[str, int]] = set()
+        self.record = LaunchRecord(work_dir / RECORD_NAME)
         self._tasks: set[asyncio.Task[None]] = set()
 
     def epochs(self) -> dict[str, int]:
@@ -85,6 +112,7 @@ class Runtime:
             self._not_started(replica, f"could not start: {e}")
             return
         self.live[spec.replica] = replica
+        self.record.add(spec, replica.process.pid)
         log.info("started replica %s (epoch %d) as pid %s", spec.replica, spec.epoch, replica.pid)
         self.outbox.add_event(replica.event("started", time.time(), pid=replica.pid))
         self._spawn(self._watch(replica))
@@ -198,6 +226,7 @@ class Runtime:
         log.info("replica %s exited (code %s, signal %s)", replica.name, exit_code, sig)
         if self.live.get(replica.name) is replica:
             del self.live[replica.name]
+        self.record.remove(replica.spec.replica, replica.spec.epoch)
         self.finished.add((replica.spec.replica, replica.spec.epoch))
         self.draining.append(replica)
         self.on_exit()
@@ -211,14 +240,95 @@ class Runtime:
         held = held_shm(group_members(replica.pid))
         done = Cleanup()
         done.orphans, done.killed = await end_group(replica.pid)
-        done.shm = remove_shm(shm_prefix(replica.spec), held)
-        if self.hooks.epilogs:
-            env = replica_env(replica.spec, replica.paths, self.env)
-            env.update(BOLT_HOOK="epilog", BOLT_EXIT_CODE=str(code))
-            results = await run_scripts(self.hooks.epilogs, env, self.hooks.timeout_s)
-            done.epilog = next((r.evidence for r in results if not r.ok), "")
+        await self._after_exit(replica, held, done, code)
         done.seconds = time.monotonic() - began
         return done.describe()
+
+    async def _after_exit(
+        self, replica: Replica, held: set[Path], done: Cleanup, code: int | None
+    ) -> None:
+        """Once nothing of ``replica`` runs: remove its shared memory files (its prefix's,
+        and ``held``, those its processes had open), then run the epilogs, with
+        ``BOLT_EXIT_CODE`` unless ``code`` is unknown (None). Notes both in ``done``."""
+        done.shm = remove_shm(shm_prefix(replica.spec), held)
+        if not self.hooks.epilogs:
+            return
+        env = replica_env(replica.spec, replica.paths, self.env)
+        env["BOLT_HOOK"] = "epilog"
+        if code is not None:
+            env["BOLT_EXIT_CODE"] = str(code)
+        results = await run_scripts(self.hooks.epilogs, env, self.hooks.timeout_s)
+        done.epilog = next((r.evidence for r in results if not r.ok), "")
+
+    # replicas left running by a previous run of the agent
+
+    async def end_leftovers(self, max_grace_s: float = LEFTOVER_GRACE_S) -> int:
+        """End the replicas a previous run of this agent left running when it was killed
+        (``leftovers.find``), all at once: each process group gets the checkpoint signal and
+        a grace (``grace_for``: its spec's, at most ``max_grace_s``, within what the lease
+        had left), then SIGKILL, then the usual cleanup. Each is reported ``exited`` by the
+        node (``by_node``, exit code unknown, what was done as ``cleanup``) and is finished
+        here. Recorded replicas no longer running are cleaned up after, and reported by
+        nothing (the server writes them off when the node registers without them); a pid
+        now used by another process is left alone. Then the record is emptied. Returns how
+        many were ended. Call before registering."""
+        saved = self.record.read()
+        if not saved.replicas:
+            return 0
+        now = time.time()
+        ending, gone = [], []
+        for entry in saved.replicas:
+            found = find(entry, self.record.proc)
+            if found.leftover:
+                grace = grace_for(entry, saved.lease_until, max_grace_s, now)
+                ending.append(self._end_leftover(entry, grace))
+                continue
+            log.info("%s, recorded by the agent's previous run: %s", _which(entry), found.value)
+            if found is not Found.UNKNOWN:
+                gone.append(self._clean_gone(entry))
+        count = len(ending)
+        await asyncio.gather(*ending, *gone)
+        self.record.save()
+        return count
+
+    async def _end_leftover(self, entry: Launched, grace_s: float) -> None:
+        """End one leftover's process group (see ``end_leftovers``) and report it."""
+        spec = entry.spec
+        how = f"SIGTERM, {grace_s:.1f} s grace" if grace_s > 0 else "SIGKILL: its lease ran out"
+        log.warning(
+            "%s was left running when the agent was killed: ending it (%s)", _which(entry), how
+        )
+        replica = Replica(spec, replica_paths(self.work_dir, spec))
+        held = held_shm(group_members(entry.pgid))
+        done = Cleanup(what=LEFT_BY_KILLED_AGENT)
+        began = time.monotonic()
+        done.orphans, done.killed = await end_group(entry.pgid, grace_s)
+        took = time.monotonic() - began
+        await self._after_exit(replica, held, done, None)
+        done.seconds = time.monotonic() - began
+        cleanup = done.describe()
+        log.info("replica %s: %s", spec.replica, cleanup or "it had exited meanwhile")
+        event = replica.event(
+            "exited",
+            time.time(),
+            pid=entry.pid,
+            checkpoint_s=round(took, 3) if grace_s > 0 else None,
+            by_node=True,
+            detail="left running when the agent was killed; ended when it started again",
+            cleanup=cleanup,
+        )
+        self.outbox.add_event(event)
+        self.finished.add((spec.replica, spec.epoch))
+
+    async def _clean_gone(self, entry: Launched) -> None:
+        """Clean up after a recorded replica that ended while the agent was not running."""
+        replica = Replica(entry.spec, replica_paths(self.work_dir, entry.spec))
+        done = Cleanup()
+        began = time.monotonic()
+        await self._after_exit(replica, set(), done, None)
+        done.seconds = time.monotonic() - began
+        if cleanup := done.describe():
+            log.info("replica %s: %s", entry.spec.replica, cleanup)
 
     async def _kill_after(self, replica: Replica, grace_s: float) -> None:
         try:
@@ -241,3 +351,8 @@ class Runtime:
     def cancel_tasks(self) -> None:
         for task in list(self._tasks):
             task.cancel()
+
+
+def _which(entry: Launched) -> str:
+    """``entry``'s replica in words, for the log."""
+    return f"replica {entry.spec.replica} (epoch {entry.spec.epoch}, pid {entry.pid})"

@@ -1,4 +1,6 @@
-"""Running the agent as a process: its work dir, logging, signals and the event loop."""
+"""Running the agent as a process: its work dir, logging, signals and the event loop. The work
+dir also holds the launch record (``leftovers``), through which an agent restarted after it
+was killed finds and ends the replicas it left running, before it registers."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
+from boltforge.agent.cleanup import LEFTOVER_GRACE_S
 from boltforge.agent.client import ServerClient
 from boltforge.agent.loop import Agent
 from boltforge.agent.preflight import NodeHooks
@@ -16,8 +19,8 @@ from boltforge.wire.agent import Inventory
 
 
 def default_work_dir(node: str) -> Path:
-    """The agent's work dir for ``node`` under the user data dir (logs, progress files and
-    default checkpoint dirs live there)."""
+    """The agent's work dir for ``node`` under the user data dir (logs, progress files,
+    default checkpoint dirs and the launch record live there)."""
     import platformdirs
 
     return platformdirs.user_data_path("boltforge") / "agent" / safe_name(node)
@@ -29,10 +32,13 @@ def serve(
     inventory: Inventory,
     work_dir: Path,
     hooks: NodeHooks | None = None,
+    leftover_grace_s: float = LEFTOVER_GRACE_S,
 ) -> int:
     """Run the agent for ``inventory`` against ``server`` until SIGTERM or SIGINT, which stop
     the replicas gracefully and return 0; 2 when the server refuses the node. ``hooks``: the
-    prolog and epilog scripts run around each replica."""
+    prolog and epilog scripts run around each replica. ``leftover_grace_s``: the longest
+    checkpoint grace for the replicas a killed run of the agent left running, which are
+    ended before it registers."""
     if not logging.getLogger().handlers:
         logging.basicConfig(
             stream=sys.stderr,
@@ -41,13 +47,19 @@ def serve(
         )
         logging.getLogger("httpx").setLevel(logging.WARNING)
     work_dir.mkdir(parents=True, exist_ok=True)
-    return asyncio.run(_serve(server, token, inventory, work_dir, hooks))
+    return asyncio.run(_serve(server, token, inventory, work_dir, hooks, leftover_grace_s))
 
 
 async def _serve(
-    server: str, token: str, inventory: Inventory, work_dir: Path, hooks: NodeHooks | None
+    server: str,
+    token: str,
+    inventory: Inventory,
+    work_dir: Path,
+    hooks: NodeHooks | None,
+    leftover_grace_s: float,
 ) -> int:
-    agent = Agent(ServerClient(server, token), inventory, work_dir, hooks=hooks)
+    client = ServerClient(server, token)
+    agent = Agent(client, inventory, work_dir, hooks=hooks, leftover_grace_s=leftover_grace_s)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, agent.request_stop)

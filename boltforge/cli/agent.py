@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
+from boltforge.agent.cleanup import LEFTOVER_GRACE_S
 from boltforge.agent.hooks import DEFAULT_TIMEOUT_S
 from boltforge.cli.common import EXIT_BAD_INPUT, errors, spec_errors
 
@@ -52,6 +53,15 @@ def agent_command(
             min=0.1, metavar="SECONDS", help="Seconds a prolog or epilog may run before it fails."
         ),
     ] = DEFAULT_TIMEOUT_S,
+    leftover_grace: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            metavar="SECONDS",
+            help="Longest checkpoint grace for the replicas a killed agent left running, "
+            "which a restarted agent ends before it registers (never past the node's lease).",
+        ),
+    ] = LEFTOVER_GRACE_S,
 ) -> None:
     """Run the node agent: register this node, run the replicas the server assigns to it and
     report their output, progress and exit.
@@ -60,8 +70,10 @@ def agent_command(
     it: GPU count, uncorrected ECC errors, NVLink links; then the prologs); after each ends,
     it ends the processes the replica left behind and removes its /dev/shm files, then runs
     the epilogs. SIGTERM or SIGINT stops the replicas gracefully (checkpoint signal, grace,
-    kill) and exits 0. Exits 2 on a bad inventory, prolog or epilog path, a missing token, or
-    when the server refuses the node.
+    kill) and exits 0. Started again after it was killed (SIGKILL, a crash), it first ends
+    the replicas it left running (checkpoint signal, grace, kill): their jobs requeue and
+    resume from their last checkpoint. Exits 2 on a bad inventory, prolog or epilog path, a
+    missing token, or when the server refuses the node.
     """
     from boltforge.agent.inventory import detect
     from boltforge.agent.serve import default_work_dir, serve
@@ -75,7 +87,8 @@ def agent_command(
     hooks = _hooks(prolog or [], epilog or [], hook_timeout)
     with spec_errors():
         node = detect(inventory, name)
-    raise typer.Exit(serve(server, token, node, work_dir or default_work_dir(node.name), hooks))
+    work = work_dir or default_work_dir(node.name)
+    raise typer.Exit(serve(server, token, node, work, hooks, leftover_grace))
 
 
 def _hooks(prologs: list[Path], epilogs: list[Path], timeout_s: float) -> NodeHooks:
