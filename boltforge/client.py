@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import time
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -33,6 +35,8 @@ from boltforge.wire.reclaim import ReclaimReply
 
 T = TypeVar("T", bound=BaseModel)
 DEFAULT_SERVER = "http://127.0.0.1:8600"
+RETRIES = 3  # times a call the server shed for overload (429/503 + Retry-After) is sent again
+MAX_RETRY_AFTER_S = 30.0  # the longest Retry-After honoured; a longer one is not waited out
 
 
 def config_path() -> Path:
@@ -86,17 +90,29 @@ class Client:
     def _call(
         self, method: str, path: str, model: type[T], timeout: float | None = None, **kw: Any
     ) -> T:
+        """Send the request; a reply the server shed for overload is waited out and sent
+        again up to ``RETRIES`` times (a shed request was not acted on). Raises ``ApiFailure``
+        for any other 4xx/5xx, for the last shed reply, or when the server is unreachable."""
+        r = self._send(method, path, timeout, **kw)
+        for _ in range(RETRIES):
+            delay = retry_after(r)
+            if delay is None:
+                break
+            time.sleep(delay * random.uniform(1.0, 1.25))  # spread the retries of many clients
+            r = self._send(method, path, timeout, **kw)
+        if r.status_code >= 400:
+            raise _failure(r)
+        return model.model_validate(r.json())
+
+    def _send(self, method: str, path: str, timeout: float | None, **kw: Any) -> httpx.Response:
         try:
-            r = self.http.request(method, path, timeout=timeout or self.http.timeout, **kw)
+            return self.http.request(method, path, timeout=timeout or self.http.timeout, **kw)
         except httpx.HTTPError as e:
             raise ApiFailure(
                 0,
                 f"cannot reach {self.server}: {e}. To fix: start it with "
                 "`bolt up` or `bolt server`, or set BOLT_SERVER",
             ) from None
-        if r.status_code >= 400:
-            raise _failure(r)
-        return model.model_validate(r.json())
 
     def submit(self, req: SubmitRequest, idempotency_key: str | None = None) -> SubmitReply:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
@@ -160,6 +176,18 @@ class Client:
             return self.http.get("/healthz", timeout=2.0).status_code == 200
         except httpx.HTTPError:
             return False
+
+
+def retry_after(r: httpx.Response) -> float | None:
+    """Seconds to wait before sending again when ``r`` is a 429 or 503 with a ``Retry-After``
+    in seconds of at most ``MAX_RETRY_AFTER_S``; None for any other reply."""
+    if r.status_code not in (429, 503):
+        return None
+    try:
+        seconds = float(r.headers.get("retry-after", ""))
+    except ValueError:
+        return None
+    return max(seconds, 0.0) if seconds <= MAX_RETRY_AFTER_S else None
 
 
 def _failure(r: httpx.Response) -> ApiFailure:

@@ -20,6 +20,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, select, text
 
 from boltforge.control.app import create_app
+from boltforge.control.mirror import Mirror
 from boltforge.control.models import ReplicaRow
 from boltforge.control.runtime import Runtime, ServerConfig
 from boltforge.core.victims import PreemptRules
@@ -42,6 +43,17 @@ class Clock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+def mirror_agrees(rt: Runtime) -> None:
+    """Assert that ``rt``'s mirror holds exactly what a fresh read of its store would."""
+    fresh = Mirror()
+    with rt.db.session() as s:
+        fresh.load(s)
+    with rt.mirror.reading():
+        for table in ("nodes", "jobs", "replicas"):
+            mine, theirs = getattr(rt.mirror, table), getattr(fresh, table)
+            assert mine == theirs, f"the mirror's {table} differ from the store's"
 
 
 def make_spec(name: str, gpus: int, team: str = "research", **extra: Any) -> dict[str, Any]:
@@ -154,7 +166,7 @@ class Fleet:
             agent_token="agt",
             preempt=rules,
             tick_s=3600.0,
-            **config,
+            **{"overlap": False, **config},
         )
         self.app = create_app(self.config, self.clock)
         self.http = TestClient(self.app)
@@ -186,12 +198,15 @@ class Fleet:
         return job_id
 
     def settle(self) -> None:
-        """Run scheduling passes until nothing changes (as the loop would on its wake-ups)."""
+        """Run scheduling passes until nothing changes (as the loop would on its wake-ups).
+        Every scenario checks on the way that the in-memory world the passes read is the
+        store's live part exactly (``mirror_agrees``)."""
         for _ in range(5):
             touched = self.rt.scheduler.pass_once()
             self.rt.scheduler.announce(touched)
             if not touched.nodes and not touched.jobs:
-                return
+                break
+        mirror_agrees(self.rt)
 
     def job(self, job_id: str, headers: dict[str, str] = ADMIN) -> JobDetail:
         r = self.http.get(f"/v1/jobs/{job_id}", headers=headers)

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from controlplane import wait_until
 from sqlalchemy import select
 
@@ -242,6 +243,44 @@ def test_a_server_killed_mid_preemption_completes_it_after_restart(tmp_path: Pat
         victim = api.job(low)
         assert victim.preemptions == 1 and victim.epoch == 2
         assert resumed_from(api, low)[-1] >= 20
+
+
+@pytest.mark.parametrize("failpoint", ["decided", "dispatched"])
+def test_a_server_killed_between_a_decision_and_its_actuation_acts_on_it_after_restart(
+    tmp_path: Path, failpoint: str
+) -> None:
+    """The decision was committed before anything was acted on: the restarted server
+    reads it back into its in-memory world and carries it out; it is not made again."""
+    cluster = LocalCluster(tmp_path, hosts=1, server_args=LONG_LEASE)
+    try:
+        cluster.start()
+        cluster.server_env = {"BOLT_FAILPOINTS": failpoint}
+        cluster.kill_server()
+        cluster.restart_server()  # armed from here on
+        with cluster.client() as api:
+            job = submit_once(api, sleeper("decided", 0.5))
+            server = cluster.server
+            assert server is not None
+            wait_until(lambda: not server.alive(), 30, f"the crash at {failpoint}")
+            cluster.server_env = {}
+            cluster.restart_server()
+            wait_until(lambda: api.job(job).state == "succeeded", SETTLE_S, "the job to run")
+            detail = api.job(job)
+            assert (detail.epoch, detail.restarts, detail.preemptions) == (1, 0, 0)
+            nothing_lost(cluster, api, [job])
+    finally:
+        cluster.stop()
+
+
+def submit_once(api: Client, spec: dict[str, Any]) -> str:
+    """Submit with an idempotency key, retrying while the server is away: one job, once."""
+    request = SubmitRequest(spec=spec, idempotency_key=f"once-{spec['name']}")
+    for _ in range(100):
+        try:
+            return api.submit(request).job.id
+        except ApiFailure:
+            time.sleep(0.2)
+    raise TimeoutError("the submission was never answered")
 
 
 def test_an_agent_that_shuts_down_requeues_its_job_rather_than_finishing_it(

@@ -55,6 +55,13 @@ def server_command(
     churn: Annotated[
         float, typer.Option(help="Largest share of the fleet's GPUs preempted per 10 minutes.")
     ] = 0.05,
+    full_every: Annotated[
+        float,
+        typer.Option(
+            min=0.5,
+            help="Seconds between full scheduling passes when no event asks for one sooner.",
+        ),
+    ] = 10.0,
     heartbeat: Annotated[float, typer.Option(help="Seconds between agent heartbeats.")] = 2.0,
     lease: Annotated[float, typer.Option(help="Seconds of silence before a node is dead.")] = 15.0,
     straggler_action: Annotated[
@@ -102,6 +109,50 @@ def server_command(
             "console lists and opens."
         ),
     ] = None,
+    max_in_flight_per_caller: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Requests one token (or unauthenticated address) may have in flight at once; "
+            "past it the next is refused with 429 and Retry-After (0: no limit). Agent calls "
+            "are limited per node instead.",
+        ),
+    ] = 256,
+    max_in_flight: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="People's requests in flight at once across every caller; past it the next "
+            "is refused with 503 and Retry-After (0: no limit).",
+        ),
+    ] = 1024,
+    max_in_flight_per_node: Annotated[
+        int, typer.Option(min=0, help="Agent calls in flight at once per node (0: no limit).")
+    ] = 16,
+    max_in_flight_agents: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Agent calls in flight at once across every node, counted apart from "
+            "people's requests (0: no limit).",
+        ),
+    ] = 4096,
+    rate_per_caller: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="People's requests per second per token (or address), past which the next "
+            "is refused with 429 and Retry-After (0: no rate limit).",
+        ),
+    ] = 0.0,
+    rate_burst: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="Requests a caller may send in one burst under --rate-per-caller (the "
+            "bucket's size; 0: one second's worth; at least 1 either way).",
+        ),
+    ] = 0.0,
 ) -> None:
     """Run the control plane: the HTTP API, the web console (at /console/), the store and
     the scheduling loop.
@@ -128,6 +179,7 @@ def server_command(
         policy=policy,
         preempt=PreemptRules(min_runtime_s=min_runtime, cooldown_s=cooldown, churn_fraction=churn),
         terms=LeaseTerms(heartbeat, max(3 * heartbeat, lease / 2), lease),
+        full_every_s=full_every,
         health=health,
         admin_token=admin_token,
         agent_token=agent_token,
@@ -135,6 +187,12 @@ def server_command(
         teams=teams_spec,
         recovery_hold_s=hold_s,
         reports_dir=str(reports) if reports else None,
+        max_in_flight_per_caller=max_in_flight_per_caller,
+        max_in_flight=max_in_flight,
+        max_in_flight_per_node=max_in_flight_per_node,
+        max_in_flight_agents=max_in_flight_agents,
+        rate_per_caller=rate_per_caller,
+        rate_burst=rate_burst,
     )
     app = create_app(config)
     uvicorn.run(

@@ -6,12 +6,13 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import select
+from sqlalchemy import Table, bindparam, or_, select, update
 from sqlalchemy.orm import Session
 
 from boltforge.control.lifecycle import HOLDING, WAITING, record, transition
+from boltforge.control.mirror import stage
 from boltforge.control.models import HELD, JobRow, NodeRow, ReplicaRow, RunRow
 from boltforge.control.world import World
 from boltforge.core.decisions import Bind, CycleResult, Evict, Waiting
@@ -45,29 +46,33 @@ class Settings:
 
 def apply(s: Session, world: World, result: CycleResult, settings: Settings) -> Touched:
     """Write ``result``: evict (checkpoint signal to the victims' nodes), bind (replicas that
-    start once their GPUs are free), and every waiting job's reason, place and estimate."""
+    start once their GPUs are free), and every waiting job's reason, place and estimate. The
+    rows it changes are read from the store here, in one query per table; ``world`` (read
+    from the mirror) is not changed."""
     touched = Touched()
+    rows = _job_rows(s, [ev.job for ev in result.evictions] + [b.job for b in result.binds])
+    held = _held(s, [ev.job for ev in result.evictions])
     for ev in result.evictions:
-        touched |= evict(s, world, ev)
-    ports = _ports_in_use(s) if result.binds else set()
+        touched |= evict(s, world, rows.get(ev.job), held.get(ev.job, []), ev)
     victims: dict[str, list[str]] = {}
     for ev in result.evictions:
         victims.setdefault(ev.for_job, []).append(ev.job)
     for b in result.binds:
-        touched |= bind(s, world, b, settings, ports, victims.get(b.job, []))
-    for w in result.waiting:
-        _wait(world, w)
+        row = rows.get(b.job)
+        if row is not None:
+            touched |= bind(s, world, row, b, settings, world.ports, victims.get(b.job, []))
+    record_waits(s, world, result.waiting)
     return touched
 
 
-def evict(s: Session, world: World, ev: Evict) -> Touched:
-    """Ask a victim's replicas to checkpoint and stop (a shrink stops it whole: it restarts at
-    the smaller size from its checkpoint)."""
-    row = world.rows.get(ev.job)
+def evict(
+    s: Session, world: World, row: JobRow | None, reps: list[ReplicaRow], ev: Evict
+) -> Touched:
+    """Ask a victim's replicas (``reps``, those holding GPUs) to checkpoint and stop (a
+    shrink stops it whole: it restarts at the smaller size from its checkpoint)."""
     touched = Touched(jobs={ev.job})
     if row is None or row.state not in HOLDING:
         return touched
-    reps = world.replicas.get(ev.job, [])
     grace = max((float(r.spec.get("grace_s", 30)) for r in reps), default=0.0)
     what = "shrink" if ev.shrink_to is not None else "preempted"
     message = (
@@ -78,23 +83,28 @@ def evict(s: Session, world: World, ev: Evict) -> Touched:
     transition(s, row, "preempting", world.now, message, "preempted", data)
     row.preemptions += 1
     row.last_preempted_at = world.now
-    touched |= stop_replicas(world, reps)
+    touched |= halt(s, reps, world.now)
     if not any(r.state == "stopping" for r in reps):
         finish_stop(s, row, world.now, "requeued", "requeued (it had not started)")
     return touched
 
 
-def stop_replicas(world: World, reps: list[ReplicaRow]) -> Touched:
-    """Tell the nodes to stop ``reps``; replicas that never started are dropped at once."""
-    touched = Touched()
-    for r in reps:
-        if r.state == "waiting":
-            r.state, r.exited_at = "exited", world.now
-        elif r.state in ("starting", "running"):
-            r.state, r.stop_requested_at = "stopping", world.now
-            world.nodes[r.node].desired_version += 1
-            touched.nodes.add(r.node)
-    return touched
+def _job_rows(s: Session, ids: list[str]) -> dict[str, JobRow]:
+    if not ids:
+        return {}
+    return {r.id: r for r in s.scalars(select(JobRow).where(JobRow.id.in_(set(ids))))}
+
+
+def _held(s: Session, job_ids: list[str]) -> dict[str, list[ReplicaRow]]:
+    """The replicas of ``job_ids`` that hold GPUs, by job."""
+    out: dict[str, list[ReplicaRow]] = {}
+    if job_ids:
+        q = select(ReplicaRow).where(
+            ReplicaRow.job_id.in_(set(job_ids)), ReplicaRow.state.in_(HELD)
+        )
+        for r in s.scalars(q.order_by(ReplicaRow.id)):
+            out.setdefault(r.job_id, []).append(r)
+    return out
 
 
 def halt(s: Session, reps: Iterable[ReplicaRow], now: float) -> Touched:
@@ -135,22 +145,24 @@ def close_run(s: Session, row: JobRow, at: float) -> None:
 def bind(
     s: Session,
     world: World,
+    row: JobRow,
     b: Bind,
     settings: Settings,
     ports: set[int],
     victims: list[str],
 ) -> Touched:
-    """Start a new allocation epoch for ``b.job``: one ``waiting`` replica per grant.
-    ``victims`` are the jobs preempted to make room (named on the ``placed`` event)."""
-    row = world.rows.get(b.job)
-    if row is None or row.state not in WAITING:
+    """Start a new allocation epoch for ``row`` (``b.job``): one ``waiting`` replica per
+    grant. ``ports`` are the rendezvous ports in use (the new one is added); ``victims`` are
+    the jobs preempted to make room (named on the ``placed`` event)."""
+    if row.state not in WAITING:
         return Touched()
     tree = world.fleet.tree
     row.epoch += 1
     row.bound_at = world.now
     row.borrowed = b.borrowed_gpus > 0
     grants = [g for plan in b.placement.roles for g in plan.grants]
-    master = world.nodes[tree.hosts[grants[0].host].name].inventory.get("address", "127.0.0.1")
+    first = world.nodes.get(tree.hosts[grants[0].host].name)
+    master = first.inventory.get("address", "127.0.0.1") if first is not None else "127.0.0.1"
     port = next(p for p in range(FIRST_PORT, FIRST_PORT + 10_000) if p not in ports)
     ports.add(port)
     hosts = [tree.hosts[g.host].name for g in grants]
@@ -260,26 +272,32 @@ def _command(spec: dict[str, Any], role: str) -> list[str]:
     return [str(c) for c in command or []]
 
 
-def _ports_in_use(s: Session) -> set[int]:
-    """Rendezvous ports of the replicas that hold GPUs now (one read)."""
-    held = select(ReplicaRow.spec).where(ReplicaRow.state.in_(HELD))
-    return {
-        int(spec["env"]["MASTER_PORT"])
-        for spec in s.scalars(held)
-        if "MASTER_PORT" in spec.get("env", {})
-    }
-
-
-def _wait(world: World, w: Waiting) -> None:
-    row = world.rows.get(w.job)
-    if row is None or row.state not in WAITING:
-        return
-    detail = list(w.detail)
-    if row.reason != w.reason.value:
-        row.reason = w.reason.value
-    if w.position >= 0 and row.position != w.position:
-        row.position = w.position  # incremental passes leave the place in line to full ones
-    if w.estimated_start is not None or row.estimated_start is not None:
-        row.estimated_start = w.estimated_start
-    if row.waiting != detail:
-        row.waiting = detail
+def record_waits(s: Session, world: World, waits: Iterable[Waiting]) -> None:
+    """Store each waiting job's reason, place in line (left as it is for ``position`` -1:
+    incremental passes leave places to full ones), estimate and evidence, writing only what
+    changed since ``world`` was read, in one statement per kind of change. A job that no
+    longer waits is left alone."""
+    by_columns: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for w in waits:
+        live = world.rows.get(w.job)
+        if live is None or live.state not in WAITING:
+            continue
+        values: dict[str, Any] = {
+            "reason": w.reason.value,
+            "estimated_start": w.estimated_start,
+            "waiting": list(w.detail),
+        }
+        if w.position >= 0:
+            values["position"] = w.position
+        if all(getattr(live, k) == v for k, v in values.items()):
+            continue
+        by_columns.setdefault(tuple(values), []).append({"_id": w.job, **values})
+        stage(s, JobRow, w.job, values)
+    table = cast(Table, JobRow.__table__)
+    for columns, params in by_columns.items():
+        q = (
+            update(table)
+            .where(table.c.id == bindparam("_id"), or_(*(table.c.state == w for w in WAITING)))
+            .values({c: bindparam(c) for c in columns})
+        )
+        s.execute(q, params)

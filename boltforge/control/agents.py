@@ -13,15 +13,17 @@ service, uncordoned, with no reclaim pending.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from boltforge.control.activity import merge
 from boltforge.control.actuate import Touched, halt
 from boltforge.control.fleet import check_inventory
 from boltforge.control.lifecycle import HOLDING
+from boltforge.control.mirror import Mirror
 from boltforge.control.models import JobRow, NodeRow, ReplicaRow
 from boltforge.control.restarts import restart_or_fail
 from boltforge.wire.agent import (
@@ -53,7 +55,9 @@ class SessionMismatch(Exception):
 def register(s: Session, reg: Registration, terms: LeaseTerms, now: float) -> tuple[Lease, Touched]:
     """Register (or re-register) a node; reconcile what it says it runs with the store."""
     inv = reg.inventory
-    peer = s.scalar(select(NodeRow).where(NodeRow.pool == inv.pool, NodeRow.name != inv.name))
+    peer = s.scalar(
+        select(NodeRow).where(NodeRow.pool == inv.pool, NodeRow.name != inv.name).limit(1)
+    )
     check_inventory(inv, Inventory.model_validate(peer.inventory) if peer else None)
     node = s.get(NodeRow, inv.name)
     data = inv.model_dump(mode="json")
@@ -96,7 +100,7 @@ def heartbeat(
 
 def current(s: Session, name: str, session: str) -> NodeRow:
     """The node ``name`` if ``session`` is its current lease, else ``SessionMismatch``."""
-    node = s.get(NodeRow, name)
+    node = s.get(NodeRow, name, options=[defer(NodeRow.inventory)])
     if node is None or node.state == "dead" or node.session != session:
         raise SessionMismatch(name)
     return node
@@ -165,10 +169,16 @@ def extend_leases(s: Session, terms: LeaseTerms, now: float) -> None:
         node.lease_expires_at = max(node.lease_expires_at or now, now + terms.lease_s)
 
 
-def expire(s: Session, terms: LeaseTerms, now: float) -> Touched:
-    """Mark silent nodes suspect, and dead once their lease is over (their work requeues)."""
+def expire(
+    s: Session, terms: LeaseTerms, now: float, names: Iterable[str] | None = None
+) -> Touched:
+    """Mark silent nodes suspect, and dead once their lease is over (their work requeues).
+    ``names``: only these nodes may be due (the rest are not read)."""
     touched = Touched()
-    for node in s.scalars(select(NodeRow).where(NodeRow.state.in_(("ready", "suspect")))):
+    live = select(NodeRow).where(NodeRow.state.in_(("ready", "suspect")))
+    if names is not None:
+        live = live.where(NodeRow.name.in_(list(names)))
+    for node in s.scalars(live):
         if node.lease_expires_at is not None and now > node.lease_expires_at:
             node.state = "dead"
             touched.nodes.add(node.name)
@@ -191,16 +201,15 @@ def expire(s: Session, terms: LeaseTerms, now: float) -> Touched:
     return touched
 
 
-def desired(s: Session, name: str) -> DesiredState | None:
-    """What node ``name`` should run and stop now, with its version (None: unknown node)."""
-    node = s.get(NodeRow, name)
-    if node is None:
-        return None
-    reps = s.scalars(
-        select(ReplicaRow)
-        .where(ReplicaRow.node == name, ReplicaRow.state.in_(LIVE_REPLICA))
-        .order_by(ReplicaRow.id)
-    )
+def desired(mirror: Mirror, name: str) -> DesiredState | None:
+    """What node ``name`` should run and stop now, with its version (None: unknown node).
+    Read from the mirror: agents' long-polls never touch the store."""
+    with mirror.reading():
+        node = mirror.nodes.get(name)
+        if node is None:
+            return None
+        reps = [r for r in mirror.held_on(name) if r.state in LIVE_REPLICA]
+        version = node.desired_version
     out = [
         ReplicaSpec(
             replica=r.id,
@@ -217,7 +226,7 @@ def desired(s: Session, name: str) -> DesiredState | None:
         )
         for r in reps
     ]
-    return DesiredState(node=name, version=node.desired_version, replicas=out)
+    return DesiredState(node=name, version=version, replicas=out)
 
 
 def _lease(node: NodeRow, terms: LeaseTerms, stop: list[str]) -> Lease:

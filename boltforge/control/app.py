@@ -17,6 +17,7 @@ from boltforge import console as web
 from boltforge.control import metrics
 from boltforge.control.api import admin, agents, console, cost, errors, jobs, nodes, stream
 from boltforge.control.api.methods import AllowHeader
+from boltforge.control.api.overload import install as install_overload
 from boltforge.control.runtime import Runtime, ServerConfig
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ def create_app(config: ServerConfig, clock: Callable[[], float] = time.time) -> 
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait_for(task, 10)
             rt.intake.close()
+            rt.agent_writes.close()
             rt.db.close()
 
     app = FastAPI(
@@ -57,6 +59,7 @@ def create_app(config: ServerConfig, clock: Callable[[], float] = time.time) -> 
     errors.install(app)
     app.add_middleware(AllowHeader, app=app)
     app.add_middleware(GZipMiddleware, minimum_size=GZIP_MIN_BYTES)  # not event streams
+    install_overload(app, rt)  # outermost: sheds a flood before anything is read
     for module in (jobs, agents, nodes, admin, cost, console, stream):
         app.include_router(module.router)
     metrics.install(app, rt)  # GET /metrics: unauthenticated, aggregates only

@@ -39,7 +39,7 @@ class Database:
     def __init__(self, url: str) -> None:
         self.url = url
         self.engine = make_engine(url)
-        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._turns: threading.RLock | None = threading.RLock() if self.is_sqlite else None
 
     @property
@@ -56,7 +56,7 @@ class Database:
 
     @contextmanager
     def session(self) -> Iterator[Session]:
-        with self._turns or contextlib.nullcontext(), self._sessions() as s:
+        with self._turns or contextlib.nullcontext(), self.sessions() as s:
             try:
                 yield s
                 s.commit()

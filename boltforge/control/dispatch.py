@@ -4,43 +4,64 @@ is still leaving holds any of their GPUs (so no GPU ever runs two jobs' processe
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from boltforge.control.actuate import Touched
-from boltforge.control.models import JobRow, NodeRow, ReplicaRow
+from boltforge.control.mirror import LiveReplica, Mirror
+from boltforge.control.models import NodeRow, ReplicaRow
 
 BUSY = ("starting", "running", "stopping")
+Order = tuple[int, int, str]
 
 
-def dispatch(s: Session, now: float) -> Touched:
-    """Move every waiting gang whose GPUs are all free to ``starting`` (in priority order)."""
-    waiting = list(s.scalars(select(ReplicaRow).where(ReplicaRow.state == "waiting")))
-    if not waiting:
+def dispatch(s: Session, mirror: Mirror, now: float) -> Touched:
+    """Move every waiting gang whose GPUs are all free to ``starting`` (in priority order).
+    Which gangs can go is read from ``mirror``; only the replicas that go are read from the
+    store (and changed there)."""
+    gangs, busy, order = _gangs(mirror)
+    if not gangs:
         return Touched()
-    busy = {
-        (r.node, g)
-        for r in s.scalars(select(ReplicaRow).where(ReplicaRow.state.in_(BUSY)))
-        for g in r.gpus
-    }
-    gangs: dict[str, list[ReplicaRow]] = defaultdict(list)
-    for r in waiting:
-        gangs[r.job_id].append(r)
-    jobs = {j.id: j for j in s.scalars(select(JobRow).where(JobRow.id.in_(gangs)))}
+    going: list[str] = []
     touched = Touched()
-    for job_id in sorted(gangs, key=lambda j: (jobs[j].priority, jobs[j].num, j)):
+    for job_id in sorted(gangs, key=order):
         reps = gangs[job_id]
         needs = {(r.node, g) for r in reps for g in r.gpus}
         if needs & busy:
             continue
         busy |= needs
-        for r in reps:
-            r.state, r.dispatched_at = "starting", now
-            touched.nodes.add(r.node)
+        going += [r.id for r in reps]
+        touched.nodes |= {r.node for r in reps}
         touched.jobs.add(job_id)
-    for name in touched.nodes:
-        node = s.get(NodeRow, name)
-        if node is not None:
-            node.desired_version += 1
+    if not going:
+        return touched
+    for row in s.scalars(select(ReplicaRow).where(ReplicaRow.id.in_(going))):
+        if row.state == "waiting":
+            row.state, row.dispatched_at = "starting", now
+    for node in s.scalars(select(NodeRow).where(NodeRow.name.in_(touched.nodes))):
+        node.desired_version += 1
     return touched
+
+
+def _gangs(
+    mirror: Mirror,
+) -> tuple[dict[str, list[LiveReplica]], set[tuple[str, int]], Callable[[str], Order]]:
+    """The waiting gangs by job, the GPUs busy with started replicas, and the dispatch order
+    (priority, then submission)."""
+    gangs: dict[str, list[LiveReplica]] = defaultdict(list)
+    busy: set[tuple[str, int]] = set()
+    with mirror.reading():
+        for r in mirror.replicas.values():
+            if r.state == "waiting":
+                gangs[r.job_id].append(r)
+            elif r.state in BUSY:
+                busy |= {(r.node, g) for g in r.gpus}
+        keys = {j: _key(mirror, j) for j in gangs}
+    return gangs, busy, keys.__getitem__
+
+
+def _key(mirror: Mirror, job_id: str) -> Order:
+    job = mirror.jobs.get(job_id)
+    return (job.priority, job.num, job_id) if job is not None else (99, 0, job_id)

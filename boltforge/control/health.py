@@ -59,6 +59,10 @@ class HealthCheck:
         self.rules, self.every_s = rules, every_s
         self._last = float("-inf")
 
+    def due(self, now: float) -> bool:
+        """Whether ``run`` would check now."""
+        return now - self._last >= self.every_s
+
     def run(self, s: Session, now: float) -> Touched:
         if now - self._last < self.every_s:
             return Touched()

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -51,8 +52,12 @@ class Order:
 class Intake:
     """The single writer of new jobs (a thread); ``write`` blocks until its order is stored."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(
+        self, db: Database, stored: Callable[[list[dict[str, Any]]], None] | None = None
+    ) -> None:
+        """``stored`` is told every job row written, as column values, once committed."""
         self.db = db
+        self._stored = stored
         self._orders: queue.Queue[Order | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="intake", daemon=True)
         self._thread.start()
@@ -105,6 +110,8 @@ class Intake:
             for order in group:
                 order.done.set_exception(e)
             return
+        if self._stored is not None:
+            self._stored([r for rows in results for r in rows])
         for order, rows in zip(group, results, strict=True):
             order.done.set_result(rows)
 

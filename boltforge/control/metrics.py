@@ -40,6 +40,8 @@ series                                 labels              meaning
                                                            month (UTC), running jobs up to now
 ``bolt_team_budget_dollars``           team, limit         a budgeted team's monthly (``hard``)
                                                            and ``soft`` limits
+``bolt_api_shed_total``                reason              requests refused for overload (429
+                                                           or 503), by ``overload.REASONS``
 =====================================  ==================  ===================================
 
 ``bolt_gpu_hours_lost_total`` sums what the scheduler priced each eviction at when it made it
@@ -64,6 +66,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from boltforge.control.api.overload import REASONS, Limiter
 from boltforge.control.budgets import spend
 from boltforge.control.fleet import Fleet
 from boltforge.control.lifecycle import ALLOWED, WAITING
@@ -236,10 +239,30 @@ def _fragmentation(
     return family
 
 
+class ShedCollector(Collector):
+    """Requests the app's overload middleware refused, by reason (every reason listed, zeros
+    included; none counted when the app has no such middleware). Counts from the server's
+    start."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+
+    def collect(self) -> Iterator[Metric]:
+        limiter: Limiter | None = getattr(self.app.state, "overload", None)
+        shed = dict(limiter.shed) if limiter is not None else {}
+        family = CounterMetricFamily(
+            "bolt_api_shed", "Requests refused for overload (429 or 503).", labels=["reason"]
+        )
+        for reason in REASONS:
+            family.add_metric([reason], shed.get(reason, 0))
+        yield family
+
+
 def install(app: FastAPI, rt: Runtime) -> CollectorRegistry:
     """Serve ``rt``'s metrics at ``GET /metrics`` from a registry of the app's own."""
     registry = CollectorRegistry()
     registry.register(FleetCollector(rt))
+    registry.register(ShedCollector(app))
 
     @app.get("/metrics", include_in_schema=False)
     def metrics() -> Response:

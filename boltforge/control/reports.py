@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from boltforge.control import preflight
 from boltforge.control.actuate import Touched, close_run, halt
@@ -36,11 +36,11 @@ def apply_events(
     refused: list[str] = []
     touched = Touched()
     for ev in events:
-        rep = s.get(ReplicaRow, ev.replica)
+        rep = _replica(s, ev.replica)
         if _stale(rep, node, ev.epoch) or rep is None or rep.job_id != ev.job:
             refused.append(ev.replica)
             continue
-        job = s.get(JobRow, rep.job_id)
+        job = _job(s, rep.job_id)
         assert job is not None
         touched.jobs.add(job.id)
         if ev.kind == "started":
@@ -153,8 +153,19 @@ def _exit_words(ev: ReplicaEvent) -> str:
     return f"exited with code {ev.exit_code}"
 
 
+def _replica(s: Session, replica_id: str) -> ReplicaRow | None:
+    """The replica, its spec left unread (reports rarely need it; read on first use)."""
+    return s.get(ReplicaRow, replica_id, options=[defer(ReplicaRow.spec)])
+
+
+def _job(s: Session, job_id: str) -> JobRow | None:
+    """The job, its spec left unread (read on first use)."""
+    return s.get(JobRow, job_id, options=[defer(JobRow.spec)])
+
+
 def _epoch(s: Session, job: JobRow) -> list[ReplicaRow]:
     q = select(ReplicaRow).where(ReplicaRow.job_id == job.id, ReplicaRow.epoch == job.epoch)
+    q = q.options(defer(ReplicaRow.spec))
     return list(s.scalars(q))
 
 
@@ -162,7 +173,7 @@ def apply_logs(s: Session, node: NodeRow, chunks: Iterable[LogChunk], at: float)
     """Store log chunks in order; a chunk already stored (a retried report) is skipped."""
     refused = []
     for c in chunks:
-        rep = s.get(ReplicaRow, c.replica)
+        rep = _replica(s, c.replica)
         if _stale(rep, node, c.epoch) or rep is None:
             refused.append(c.replica)
             continue
@@ -179,8 +190,8 @@ def apply_progress(s: Session, node: NodeRow, reports: Iterable[Progress]) -> li
     has left is refused."""
     refused = []
     for p in reports:
-        rep = s.get(ReplicaRow, p.replica)
-        job = s.get(JobRow, rep.job_id) if rep is not None else None
+        rep = _replica(s, p.replica)
+        job = _job(s, rep.job_id) if rep is not None else None
         if _stale(rep, node, p.epoch) or job is None or job.epoch != p.epoch:
             refused.append(p.replica)
             continue

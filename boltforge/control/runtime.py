@@ -12,19 +12,24 @@ from sqlalchemy import select
 from boltforge.control.actuate import Settings
 from boltforge.control.agents import LeaseTerms, extend_leases
 from boltforge.control.auth import Caller, create_token, digest
+from boltforge.control.batch import Batcher
 from boltforge.control.db import Database
+from boltforge.control.feed import Feed
 from boltforge.control.fleet import Fleet
 from boltforge.control.intake import Intake
 from boltforge.control.loop import Scheduler
+from boltforge.control.mirror import Mirror
 from boltforge.control.models import TokenRow
 from boltforge.control.notify import Notifier
 from boltforge.control.quotas import TeamQuotas
-from boltforge.control.utilization import History, sample
-from boltforge.control.world import Caches, load_fleet
+from boltforge.control.utilization import History, fragmentation_index, sample
+from boltforge.control.world import Caches, World, fleet_of, load_world
 from boltforge.core.health import HealthRules
 from boltforge.core.policy import named
 from boltforge.core.victims import PreemptRules
 from boltforge.spec.teams import Budget, TeamsSpec
+
+VIEW_FRESH_S = 1.0  # how long a reply may reuse the world it read, while nothing changed
 
 
 @dataclass(frozen=True)
@@ -35,7 +40,10 @@ class ServerConfig:
     long a job that lost a host keeps its healthy hosts' GPUs for its restart. ``teams``: the
     teams file, whose quotas and lending rules the scheduler applies (None: no quotas).
     ``reports_dir``: where the console finds ``bolt simulate --report`` folders (None: none).
-    ``sample_every_s``: how often the console's utilization history takes a sample."""
+    ``sample_every_s``: how often the console's utilization history takes a sample.
+    ``overlap``: full passes are planned in a thread of their own while arrivals, reports
+    and heartbeats go on, and applied when done, keeping the decisions that still hold
+    (``control/planning.py``); off, each is planned and applied inside one pass."""
 
     db_url: str
     checkpoint_root: str
@@ -52,6 +60,16 @@ class ServerConfig:
     teams: TeamsSpec | None = None
     reports_dir: str | None = None
     sample_every_s: float = 5.0
+    overlap: bool = True
+    # Overload limits (boltforge/control/api/overload.py; 0 turns one off): people's requests
+    # in flight per token or address, and in all; agent calls in flight per node, and in all;
+    # people's requests per second per caller (0: no rate limit) and the bucket's burst.
+    max_in_flight_per_caller: int = 256
+    max_in_flight: int = 1024
+    max_in_flight_per_node: int = 16
+    max_in_flight_agents: int = 4096
+    rate_per_caller: float = 0.0
+    rate_burst: float = 0.0
 
 
 class Runtime:
@@ -62,6 +80,8 @@ class Runtime:
         self.clock = clock
         self.db = Database(config.db_url)
         self.notifier = Notifier()
+        self.mirror = Mirror()
+        self.mirror.watch(self.db.sessions)
         self.scheduler = Scheduler(
             self.db,
             named(config.policy).with_(preempt_rules=config.preempt),
@@ -74,25 +94,50 @@ class Runtime:
             config.health,
             config.recovery_hold_s,
             TeamQuotas.of(config.teams, clock()) if config.teams else None,
+            self.mirror,
+            overlap=config.overlap,
         )
-        self.intake = Intake(self.db)
+        self.intake = Intake(self.db, self.mirror.add_jobs)
+        self.agent_writes = Batcher(self.db, self.scheduler.lock, "agent-writes")
+        self.feed = Feed(self.agent_writes, self.scheduler, config.terms)
         self._tokens: dict[str, Caller] = {}
         self._tokens_lock = threading.Lock()
-        self._fleet_caches = Caches()
-        self._fleet: Fleet | None = None
+        self._views = Caches()  # the fleet and worlds built for replies, not for passes
+        self._views_lock = threading.Lock()
+        self._view: tuple[int, World | None] = (-1, None)
         self.history = History(config.sample_every_s)
-        self._sample_caches = Caches()
 
     def take_sample(self) -> None:
         """Add the fleet's utilization now to the console's history (a worker thread's job)."""
-        with self.db.session() as s:
-            point = sample(s, self._sample_caches, self.clock(), self.config.recovery_hold_s)
+        with self.db.session() as s, self._views_lock:
+            hold = self.config.recovery_hold_s
+            point = sample(s, self.mirror, self._views, self.clock(), hold)
         self.history.add(point)
+
+    def fragmentation(self, now: float) -> float:
+        """The fleet's fragmentation index now, as a pass would see it (from the mirror)."""
+        with self._views_lock:
+            return fragmentation_index(self.mirror, self._views, now, self.config.recovery_hold_s)
+
+    def world(self, now: float) -> World:
+        """The whole world as a full pass would read it now (for replies such as
+        ``/v1/fleet``; from the mirror, never the store). Read again only when the holdings
+        changed, or ``VIEW_FRESH_S`` after the last read; callers must not change it."""
+        with self._views_lock:
+            version, world = self._view
+            if version != self.mirror.version or world is None or now - world.now > VIEW_FRESH_S:
+                version = self.mirror.version
+                hold = self.config.recovery_hold_s
+                world = load_world(self.mirror, now, self._views, hold_s=hold)
+                self._view = (version, world)
+            return world
 
     def start(self) -> None:
         """Migrate the store, store the bootstrap tokens, and give every live node a full
         lease (the agents have had no server to heartbeat to)."""
         self.db.migrate()
+        with self.db.session() as s:
+            self.mirror.load(s)
         with self.db.session() as s:
             extend_leases(s, self.config.terms, self.clock())
             for token, name, role in (
@@ -126,17 +171,11 @@ class Runtime:
         return found
 
     def fleet(self) -> Fleet:
-        """The fleet over the registered nodes, for checks at submit (kept until a node
-        registers again: ``forget_fleet``)."""
-        fleet = self._fleet
-        if fleet is None:
-            with self.db.session() as s:
-                fleet = self._fleet = load_fleet(s, self._fleet_caches)[0]
-        return fleet
+        """The fleet over the registered nodes, for checks at submit (from the mirror,
+        rebuilt only after an inventory changed)."""
+        with self._views_lock:
+            return fleet_of(self.mirror, self._views)
 
     def known_fleet(self) -> Fleet | None:
-        """The fleet if it is already built (no store access)."""
-        return self._fleet
-
-    def forget_fleet(self) -> None:
-        self._fleet = None
+        """The fleet if it is already built for the nodes registered now (no building)."""
+        return self._views.fleets.get(("mirror", self.mirror.fleet_version))

@@ -1,5 +1,5 @@
-"""What one scheduling pass sees, read from the store: the fleet, who holds which GPUs, and
-the jobs waiting, turned into the core's ``Snapshot``.
+"""What one scheduling pass sees, read from the in-memory mirror of the store (``mirror``):
+the fleet, who holds which GPUs, and the jobs waiting, turned into the core's ``Snapshot``.
 
 GPUs are held by replicas that are ``waiting``, ``starting``, ``running`` or ``stopping``. A job
 being preempted still holds its GPUs until its replicas exit; the GPUs a newly bound job was
@@ -12,18 +12,19 @@ replicas had on the healthy hosts for ``--recovery-hold`` seconds (``held:<job>`
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session, defer
+from sqlalchemy.orm import Session
 
 from boltforge.control.fleet import Fleet, build_fleet
 from boltforge.control.interruptions import routing_facts
 from boltforge.control.lifecycle import HOLDING, WAITING
-from boltforge.control.models import HELD, JobRow, NodeRow, ReplicaRow, RunRow
+from boltforge.control.mirror import LiveJob, LiveNode, LiveReplica, Mirror
+from boltforge.control.models import JobRow, NodeRow, RunRow
 from boltforge.core.cycle import Snapshot
 from boltforge.core.quota import QuotaTree, lineage
 from boltforge.core.routing import RoutingFacts
@@ -42,31 +43,37 @@ ROUTING_REFRESH_S = 60.0  # how often interruption rates are re-read from the st
 
 @dataclass
 class Caches:
-    """What passes may reuse: the fleet per node set, and each live job as the core sees it
-    on that fleet (None: its spec names hardware the fleet lacks). Specs never change after
-    submit, so a job is built once per fleet; jobs that ended are dropped by full passes."""
+    """What passes may reuse: the fleet per node set (by the mirror's ``fleet_version``, or
+    by the nodes' inventories when read from the store), each node's parsed inventory, and
+    each live job as the core sees it on that fleet (None: its spec names hardware the fleet
+    lacks). Specs never change after submit, so a job is built once per fleet; jobs that
+    ended are dropped by full passes."""
 
     fleets: dict[tuple[object, ...], Fleet] = field(default_factory=dict)
     jobs: dict[str, Job | None] = field(default_factory=dict)
     routing: tuple[float, RoutingFacts] | None = None
+    inventories: dict[str, tuple[object, Inventory]] = field(default_factory=dict)
 
 
 @dataclass
 class World:
-    """One pass's view. ``rows`` holds every job the pass may change, by id."""
+    """One pass's view, read from the mirror. ``rows`` holds every job the pass may change,
+    by id; ``replicas`` the replicas holding GPUs, by job."""
 
     fleet: Fleet
     state: FleetState
-    nodes: dict[str, NodeRow]
-    rows: dict[str, JobRow]
+    nodes: dict[str, LiveNode]
+    rows: dict[str, LiveJob]
     pending: list[Job]
     running: list[Running]
-    replicas: dict[str, list[ReplicaRow]]
+    replicas: dict[str, list[LiveReplica]]
     unresolved: dict[str, str]
     now: float
     routing: RoutingFacts | None = None
     holds: dict[str, Hold] = field(default_factory=dict)
     quota: QuotaTree | None = None
+    ports: set[int] = field(default_factory=set)
+    changes: int = 0  # binds counted in since it was read (incremental passes)
 
     def snapshot(self, usage: Usage, recent: tuple[tuple[float, int], ...]) -> Snapshot:
         return Snapshot(
@@ -82,77 +89,111 @@ class World:
 
 
 def load_fleet(s: Session, caches: Caches) -> tuple[Fleet, dict[str, NodeRow]]:
-    """The fleet over every registered node (reused while no node's inventory changes)."""
+    """The fleet over every registered node, read from the store (reused while no node's
+    inventory changes). Passes use ``fleet_of`` on the mirror instead."""
     nodes = {n.name: n for n in s.scalars(select(NodeRow))}
     key = tuple(sorted((n.name, repr(sorted(n.inventory.items()))) for n in nodes.values()))
     fleet = caches.fleets.get(key)
     if fleet is None:
-        inventories = [Inventory.model_validate(n.inventory) for n in nodes.values()]
-        fleet = build_fleet("boltforge", inventories)
-        caches.fleets.clear()
-        caches.fleets[key] = fleet
-        caches.jobs.clear()
+        fleet = _build(caches, key, [(n.name, n.inventory) for n in nodes.values()])
     return fleet, nodes
 
 
+def fleet_of(mirror: Mirror, caches: Caches) -> Fleet:
+    """The fleet over every node the mirror holds (rebuilt only when an inventory changed)."""
+    key: tuple[object, ...] = ("mirror", mirror.fleet_version)
+    fleet = caches.fleets.get(key)
+    if fleet is None:
+        with mirror.reading():
+            inventories = [(n.name, n.inventory) for n in mirror.nodes.values()]
+        fleet = _build(caches, key, inventories)
+    return fleet
+
+
+def _build(
+    caches: Caches, key: tuple[object, ...], inventories: list[tuple[str, dict[str, Any]]]
+) -> Fleet:
+    parsed = []
+    for name, data in inventories:
+        known = caches.inventories.get(name)
+        if known is None or known[0] is not data:
+            known = (data, Inventory.model_validate(data))
+            caches.inventories[name] = known
+        parsed.append(known[1])
+    fleet = build_fleet("boltforge", parsed)
+    caches.fleets.clear()
+    caches.fleets[key] = fleet
+    caches.jobs.clear()
+    return fleet
+
+
 def load_world(
-    s: Session,
+    mirror: Mirror,
     now: float,
     caches: Caches,
     waiting: Iterable[str] | None = None,
     hold_s: float = RECOVERY_HOLD_S,
+    s: Session | None = None,
 ) -> World:
-    """Read the store into a ``World`` for one pass at time ``now``: every job holding GPUs,
-    the GPUs held for waiting jobs' restarts after a host failure (for ``hold_s`` seconds),
-    and the waiting jobs (only those named in ``waiting`` when given, for incremental
-    passes, which do not need the whole queue)."""
-    fleet, nodes = load_fleet(s, caches)
+    """The mirror as a ``World`` for one pass at time ``now``: every job holding GPUs, the
+    GPUs held for waiting jobs' restarts after a host failure (for ``hold_s`` seconds), and
+    the waiting jobs (only those named in ``waiting`` when given, for incremental passes,
+    which do not need the whole queue). Reads memory only, but for the interruption rates
+    of cost-aware routing, re-read from ``s`` every ``ROUTING_REFRESH_S`` when given."""
+    fleet = fleet_of(mirror, caches)
+    with mirror.reading():
+        nodes = dict(mirror.nodes)
+        by_job = mirror.held_by_job()
+        if waiting is None:
+            rows = dict(mirror.jobs)
+        else:
+            wanted = {*waiting, *by_job}
+            rows = {j: mirror.jobs[j] for j in wanted if j in mirror.jobs}
+            rows |= {j.id: j for j in mirror.jobs.values() if j.recovery_hold is not None}
     state = FleetState(fleet.tree)
     for name, node in nodes.items():
+        if name not in fleet.index:
+            continue
         if node.state not in PLACEABLE_NODES or node.cordoned:
             state.cordoned[fleet.index[name]] = True
         if degraded(node, now):
             state.degraded[fleet.index[name]] = True
-    replicas = select(ReplicaRow).options(defer(ReplicaRow.spec))
-    active = list(s.scalars(replicas.where(ReplicaRow.state.in_(HELD))))
-    by_job: dict[str, list[ReplicaRow]] = defaultdict(list)
-    for r in active:
-        by_job[r.job_id].append(r)
-    holders = select(JobRow).options(defer(JobRow.spec)).where(JobRow.state.in_(HOLDING))
-    live = list(s.scalars(holders))
-    queued = select(JobRow).where(JobRow.state.in_(WAITING))
-    if waiting is not None:
-        queued = queued.where(JobRow.id.in_(list(waiting)))
-    fresh = [j.id for j in live if j.id not in caches.jobs]
-    if fresh:  # their specs, in one read rather than one each
-        s.scalars(select(JobRow).where(JobRow.id.in_(fresh))).all()
-    live += list(s.scalars(queued))
     if waiting is None:
-        kept = {j.id for j in live}
+        kept = set(rows)
         caches.jobs = {k: v for k, v in caches.jobs.items() if k in kept}
-    rows = {j.id: j for j in live}
-    for extra in set(by_job) - set(rows):
-        row = s.get(JobRow, extra)
-        if row is not None:
-            rows[extra] = row
-    world = World(
-        fleet, state, nodes, rows, [], [], by_job, {}, now, _routing(s, fleet, nodes, now, caches)
+    routing = _routing(s, fleet, now, caches)
+    world = World(fleet, state, nodes, rows, [], [], by_job, {}, now, routing)
+    world.ports = {r.port for reps in by_job.values() for r in reps if r.port is not None}
+    recovering = [r for r in rows.values() if r.state in WAITING and r.recovery_hold is not None]
+    _hold(world, caches, lambda: _recovery_holds(world, recovering, hold_s))
+    _add_pending(
+        world, sorted(rows) if waiting is None else sorted(set(waiting) & set(rows)), caches
     )
-    recovering = s.scalars(
-        select(JobRow)
-        .options(defer(JobRow.spec))
-        .where(JobRow.state.in_(WAITING), JobRow.recovery_hold.is_not(None))
-    )
-    _hold(world, caches, lambda: _recovery_holds(world, list(recovering), hold_s))
-    for row in sorted((r for r in rows.values() if r.state in WAITING), key=lambda r: r.id):
+    return world
+
+
+def add_waiting(world: World, mirror: Mirror, job_ids: Iterable[str], caches: Caches) -> None:
+    """Make ``world.pending`` the jobs of ``job_ids`` that wait now, read from ``mirror``
+    (an incremental pass reusing the world of the one before)."""
+    ids = sorted(set(job_ids))
+    with mirror.reading():
+        world.rows |= {j: mirror.jobs[j] for j in ids if j in mirror.jobs}
+    world.pending = []
+    _add_pending(world, [j for j in ids if j in world.rows], caches)
+
+
+def _add_pending(world: World, ids: list[str], caches: Caches) -> None:
+    for job_id in ids:
+        row = world.rows[job_id]
+        if row.state not in WAITING:
+            continue
         job = _job(world, row, caches)
         if job is not None:
             held = world.holds.get(row.id)
             world.pending.append(job if held is None else replace(job, held=held))
-    return world
 
 
-def degraded(node: NodeRow, now: float) -> bool:
+def degraded(node: NodeRow | LiveNode, now: float) -> bool:
     """Whether ``node`` takes no multi-replica or tensor-parallel work now: a straggler was
     found on it lately (``degraded_until``), or its agent reports ``health: {degraded: ...}``
     (any value but empty, 0, false or no)."""
@@ -166,7 +207,7 @@ def degraded_by(until: float | None, flag: object, now: float) -> bool:
     return str(flag if flag is not None else "").strip().lower() not in ("", "0", "false", "no")
 
 
-def _recovery_holds(world: World, rows: list[JobRow], hold_s: float) -> set[tuple[str, int]]:
+def _recovery_holds(world: World, rows: list[LiveJob], hold_s: float) -> set[tuple[str, int]]:
     """Hold, for each waiting job that lost a host less than ``hold_s`` ago, the GPUs its
     replicas had on the healthy hosts (an allocation ``held:<job>`` ending with the hold),
     unless a holding job has them. Returns the GPUs held."""
@@ -202,17 +243,17 @@ def _recovery_holds(world: World, rows: list[JobRow], hold_s: float) -> set[tupl
     return claimed
 
 
-def _routing(
-    s: Session, fleet: Fleet, nodes: dict[str, NodeRow], now: float, caches: Caches
-) -> RoutingFacts | None:
+def _routing(s: Session | None, fleet: Fleet, now: float, caches: Caches) -> RoutingFacts | None:
     """Observed interruption rates for cost-aware routing (``control/interruptions.py``),
     re-read every ``ROUTING_REFRESH_S``; None when the fleet has no priced choice to make."""
     pools = fleet.tree.pools
     if len(pools) < 2 or all(p.price_per_gpu_hour <= 0 for p in pools):
         return None
-    if caches.routing is None or now - caches.routing[0] >= ROUTING_REFRESH_S:
+    stale = caches.routing is None or now - caches.routing[0] >= ROUTING_REFRESH_S
+    if stale and s is not None:
+        nodes = {n.name: n for n in s.scalars(select(NodeRow))}
         caches.routing = (now, routing_facts(s, fleet.tree, nodes, now))
-    return caches.routing[1]
+    return caches.routing[1] if caches.routing is not None else None
 
 
 def _hold(
@@ -242,14 +283,14 @@ def _hold(
             continue
         left = [_without(r, claimed) for r in reps]
         grants = _grants(world.fleet, [r for r in left if r.gpus])
-        ends = [(r.stop_requested_at or world.now) + float(r.spec.get("grace_s", 30)) for r in reps]
+        ends = [(r.stop_requested_at or world.now) + r.grace_s for r in reps]
         if grants:
             _allocate(world.state, Allocation(f"draining:{job_id}", grants, max(ends), 0))
 
 
-def _without(rep: ReplicaRow, claimed: set[tuple[str, int]]) -> ReplicaRow:
+def _without(rep: LiveReplica, claimed: set[tuple[str, int]]) -> LiveReplica:
     free = [g for g in rep.gpus if (rep.node, g) not in claimed]
-    return ReplicaRow(
+    return LiveReplica(
         id=rep.id,
         role=rep.role,
         rank=rep.rank,
@@ -260,7 +301,7 @@ def _without(rep: ReplicaRow, claimed: set[tuple[str, int]]) -> ReplicaRow:
     )
 
 
-def _grants(fleet: Fleet, reps: Iterable[ReplicaRow]) -> tuple[Grant, ...]:
+def _grants(fleet: Fleet, reps: Iterable[LiveReplica]) -> tuple[Grant, ...]:
     return tuple(
         Grant(r.role, r.rank, fleet.index[r.node], tuple(r.gpus), r.cpus, r.memory_gb)
         for r in reps
@@ -276,7 +317,7 @@ def _allocate(state: FleetState, allocation: Allocation) -> bool:
     return True
 
 
-def _job(world: World, row: JobRow, caches: Caches) -> Job | None:
+def _job(world: World, row: LiveJob, caches: Caches) -> Job | None:
     """The core's view of ``row`` (built from its spec once per fleet)."""
     if row.id not in caches.jobs:
         caches.jobs[row.id] = job_of(row, world.fleet)
@@ -289,7 +330,7 @@ def _job(world: World, row: JobRow, caches: Caches) -> Job | None:
     return job
 
 
-def job_of(row: JobRow, fleet: Fleet) -> Job | None:
+def job_of(row: JobRow | LiveJob, fleet: Fleet) -> Job | None:
     """The core ``Job`` for ``row`` on ``fleet`` (None when its spec names hardware the
     fleet lacks)."""
     spec = row.spec
@@ -314,7 +355,7 @@ def job_of(row: JobRow, fleet: Fleet) -> Job | None:
     )
 
 
-def _running(job: Job, allocation: Allocation, row: JobRow) -> Running:
+def _running(job: Job, allocation: Allocation, row: LiveJob) -> Running:
     return Running(
         job,
         allocation,

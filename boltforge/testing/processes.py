@@ -97,6 +97,7 @@ class LocalCluster:
     db: str | None = None
     server_args: list[str] = field(default_factory=list)
     agent_args: dict[str, list[str]] = field(default_factory=dict)
+    server_env: dict[str, str] = field(default_factory=dict)
     admin_token: str = "adm-token"
     agent_token: str = "agt-token"
     port: int = 0
@@ -134,7 +135,8 @@ class LocalCluster:
             str(self.data / "checkpoints"),
             *self.server_args,
         ]
-        self.server = spawn(cmd, self.data / "server.log", child_env(self.data))
+        env = {**child_env(self.data), **self.server_env}
+        self.server = spawn(cmd, self.data / "server.log", env)
 
     def start_agent(self, name: str, rack: str | None = None) -> Proc:
         index = int(name.rsplit("-", 1)[-1]) if name.rsplit("-", 1)[-1].isdigit() else 0

@@ -197,6 +197,25 @@ class NodeList(_Reply):
     nodes: list[NodeOut]
 
 
+class Spread(_Reply):
+    """The median and 99th percentile of the last (up to 1,000) samples, in milliseconds."""
+
+    p50: float | None = None
+    p99: float | None = None
+    count: int = 0
+
+
+class LoopOut(_Reply):
+    """What the scheduling loop has been doing: its full passes (over every waiting job)
+    and all its passes (incremental ones for arrivals included)."""
+
+    full_pass_ms: Spread = Spread()
+    pass_ms: Spread = Spread()
+    full_passes: int = 0
+    binds: int = 0
+    evictions: int = 0
+
+
 class FleetOut(_Reply):
     """``GET /v1/fleet``: what ``bolt top`` shows: capacity, use and the queue at a glance."""
 
@@ -211,6 +230,7 @@ class FleetOut(_Reply):
     by_state: dict[str, int] = {}
     last_cycle_ms: float | None = None
     cycles: int = 0
+    loop: LoopOut = LoopOut()
 
 
 class TokenRequest(_Request):

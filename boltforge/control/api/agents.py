@@ -5,15 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from fastapi.concurrency import run_in_threadpool
 
 from boltforge.control import agents as protocol
-from boltforge.control import spot
-from boltforge.control.actuate import Touched
 from boltforge.control.api.deps import Agents, Rt
 from boltforge.control.api.errors import ERRORS, ApiError
-from boltforge.control.audit import audit
-from boltforge.control.reports import apply_events, apply_logs, apply_progress
 from boltforge.control.runtime import Runtime
 from boltforge.wire.agent import (
     AgentReport,
@@ -30,36 +25,20 @@ _REREGISTER = "the node's session is not current. To fix: register again"
 
 
 @router.post("/register")
-def register(reg: Registration, who: Agents, rt: Rt) -> Lease:
-    """Register a node (or re-register after a restart); reconciles what it still runs."""
-    now = rt.clock()
-    with rt.scheduler.lock, rt.db.session() as s:
-        lease, touched = protocol.register(s, reg, rt.config.terms, now)
-        audit(
-            s,
-            who,
-            "register",
-            reg.inventory.name,
-            now,
-            gpus=reg.inventory.gpus,
-            pool=reg.inventory.pool,
-        )
-    rt.forget_fleet()
-    _changed(rt, touched)
-    return lease
+async def register(reg: Registration, who: Agents, rt: Rt) -> Lease:
+    """Register a node (or re-register after a restart); reconciles what it still runs.
+    Registrations arriving together are stored in one transaction (``control/batch.py``)."""
+    return await rt.feed.register(reg, who, rt.clock())
 
 
 @router.post("/{node}/heartbeat")
-def heartbeat(node: str, hb: Heartbeat, who: Agents, rt: Rt) -> Lease:
-    """Renew the node's lease (409: register again)."""
-    with rt.scheduler.lock, rt.db.session() as s:
-        try:
-            lease, touched = protocol.heartbeat(s, node, hb, rt.config.terms, rt.clock())
-        except protocol.SessionMismatch:
-            raise ApiError(409, _REREGISTER) from None
-    if touched.nodes or touched.jobs:
-        _changed(rt, touched)
-    return lease
+async def heartbeat(node: str, hb: Heartbeat, who: Agents, rt: Rt) -> Lease:
+    """Renew the node's lease (409: register again). Heartbeats arriving together are
+    stored in one transaction."""
+    try:
+        return await rt.feed.heartbeat(node, hb, rt.clock())
+    except protocol.SessionMismatch:
+        raise ApiError(409, _REREGISTER) from None
 
 
 @router.get("/{node}/desired")
@@ -75,7 +54,7 @@ async def desired(
     deadline = rt.clock() + wait
     while True:
         seen = rt.notifier.count(key)
-        state = await run_in_threadpool(_desired, rt, node)
+        state = _desired(rt, node)  # memory only: no thread needed
         left = deadline - rt.clock()
         if state.version > since or left <= 0:
             return state
@@ -83,36 +62,24 @@ async def desired(
 
 
 def _desired(rt: Runtime, node: str) -> DesiredState:
-    with rt.db.session() as s:
-        state = protocol.desired(s, node)
+    state = protocol.desired(rt.mirror, node)
     if state is None:
         raise ApiError(404, f"no node {node}. To fix: register it first")
     return state
 
 
 @router.post("/{node}/report")
-def report(node: str, body: AgentReport, who: Agents, rt: Rt) -> ReportReply:
+async def report(node: str, body: AgentReport, who: Agents, rt: Rt) -> ReportReply:
     """Replica events, log chunks and progress from a node; stale epochs are refused. A job
-    this requeues after a spot reclaim notice gets its lost work on its timeline."""
-    now = rt.clock()
-    with rt.scheduler.lock, rt.db.session() as s:
-        try:
-            row = protocol.current(s, node, body.session)
-        except protocol.SessionMismatch:
-            raise ApiError(409, _REREGISTER) from None
-        refused, touched = apply_events(s, row, body.events)
-        refused += apply_logs(s, row, body.logs, now)
-        refused += apply_progress(s, row, body.progress)
-        spot.settle(s, touched.jobs | {p.job for p in body.progress if p.checkpoint})
+    this requeues after a spot reclaim notice gets its lost work on its timeline. Reports
+    arriving together are stored in one transaction. Starts wake no pass; an exit asks for
+    one (the GPUs a bound gang waits for may be free, and the plan may change)."""
+    try:
+        refused, _ = await rt.feed.report(node, body, rt.clock())
+    except protocol.SessionMismatch:
+        raise ApiError(409, _REREGISTER) from None
     keys = [f"logs:{c.job}" for c in body.logs] + [
         f"job:{p.job}" for p in body.progress if p.checkpoint
     ]
     rt.notifier.notify(set(keys))
-    if body.events:
-        _changed(rt, touched)
     return ReportReply(refused=sorted(set(refused)))
-
-
-def _changed(rt: Runtime, touched: Touched) -> None:
-    rt.scheduler.announce(touched)
-    rt.scheduler.wake()

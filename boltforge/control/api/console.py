@@ -22,7 +22,6 @@ from boltforge.control.health import STRAGGLER
 from boltforge.control.models import EventRow, NodeRow, RankProgressRow
 from boltforge.control.runtime import Runtime
 from boltforge.control.teamview import standings
-from boltforge.control.utilization import fragmentation_index
 from boltforge.wire.console import (
     FleetMap,
     HostDetail,
@@ -64,7 +63,7 @@ def _fragmentation(rt: Runtime, s: Session, now: float) -> float:
     recent = rt.history.since(now - 2 * rt.config.sample_every_s)
     if recent:
         return recent[-1].fragmentation
-    return fragmentation_index(s, rt.scheduler.caches, now, rt.scheduler.recovery_hold_s)
+    return rt.fragmentation(now)
 
 
 @router.get("/console/hosts/{name}")

@@ -6,6 +6,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from fastapi import APIRouter
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -20,9 +21,8 @@ from boltforge.control.lifecycle import LIVE
 from boltforge.control.models import HELD, JobRow, NodeRow, ReplicaRow
 from boltforge.control.runtime import Runtime
 from boltforge.control.views import node_out
-from boltforge.control.world import load_world
 from boltforge.core.fragmentation import measure
-from boltforge.wire.jobs import FleetOut, NodeList, NodeOut
+from boltforge.wire.jobs import FleetOut, LoopOut, NodeList, NodeOut, Spread
 from boltforge.wire.reclaim import ReclaimedJob, ReclaimReply, ReclaimRequest
 
 router = APIRouter(prefix="/v1", tags=["nodes"], responses=ERRORS)
@@ -120,16 +120,17 @@ def _quarantine(
 
 @router.get("/fleet")
 def fleet(who: People, rt: Rt) -> FleetOut:
-    """Capacity, use, queue and the loop's last pass: what ``bolt top`` draws."""
-    with rt.db.session() as s:
-        world = load_world(s, rt.clock(), rt.scheduler.caches, hold_s=rt.scheduler.recovery_hold_s)
-        states = Counter(s.scalars(select(JobRow.state).where(JobRow.state.in_(LIVE))))
-        by_team: Counter[str] = Counter()
-        for team, gpus in s.execute(
-            select(JobRow.team, JobRow.gpus).where(JobRow.state.in_(("scheduled", "running")))
-        ):
-            by_team[team] += gpus
-        nodes = list(s.scalars(select(NodeRow)))
+    """Capacity, use, queue and the loop's passes: what ``bolt top`` draws. Read from the
+    in-memory world, never the store."""
+    world = rt.world(rt.clock())
+    with rt.mirror.reading():
+        nodes = list(rt.mirror.nodes.values())
+        jobs = list(rt.mirror.jobs.values())
+    states = Counter(j.state for j in jobs)
+    by_team: Counter[str] = Counter()
+    for j in jobs:
+        if j.state in ("scheduled", "running"):
+            by_team[j.team] += j.gpus
     tree = world.fleet.tree
     used = tree.total_gpus - int(world.state.host_free.sum())
     stats = rt.scheduler.stats
@@ -145,4 +146,19 @@ def fleet(who: People, rt: Rt) -> FleetOut:
         by_state=dict(states),
         last_cycle_ms=round(stats.last_cycle_ms, 3) if stats.last_cycle_ms else None,
         cycles=stats.cycles,
+        loop=LoopOut(
+            full_pass_ms=spread(stats.full_ms),
+            pass_ms=spread(stats.cycle_ms),
+            full_passes=stats.full_cycles,
+            binds=stats.binds,
+            evictions=stats.evictions,
+        ),
     )
+
+
+def spread(samples: list[float]) -> Spread:
+    """``samples``' median and 99th percentile, rounded to microseconds."""
+    if not samples:
+        return Spread()
+    p50, p99 = np.percentile(np.asarray(samples), [50, 99])
+    return Spread(p50=round(float(p50), 3), p99=round(float(p99), 3), count=len(samples))

@@ -1,0 +1,65 @@
+"""The seam between the control plane and whatever runs the replicas.
+
+A backend is where jobs' processes live: Boltforge's own agents (the native backend), or a
+Slurm controller, or a Kubernetes API server. The control plane talks to every backend the
+same way, through three things:
+
+**Intent, in the store.** Every decision is written before anything is acted on: a replica
+row in ``starting`` means "run this on that node" (``actuate.bind`` wrote it ``waiting``;
+``dispatch`` moves a gang to ``starting`` once its GPUs are free), ``stopping`` means "send
+the checkpoint signal now, and kill after the replica's grace" (``actuate.halt``); the
+replica's spec carries the command, environment, GPUs and grace. A backend never decides;
+it carries out the intent the store holds.
+
+**Actuation: ``Backend.converge(nodes)``.** Called after every commit that changed the
+intent for some nodes (the ``Touched.nodes`` of a pass, a report, a cancel, an admin
+action), outside any transaction and without the scheduler's lock. The backend makes those
+nodes converge on their intent: start what is ``starting``, signal what is ``stopping``.
+It must be quick and must not raise (it queues work for its own threads if acting is
+slow), and it must be idempotent: it may be called again for a node whose intent did not
+change, and a server that restarts calls it for every node. The native backend wakes the
+node's agent, which long-polls its desired state (``GET /v1/agents/{node}/desired``) and
+converges by itself.
+
+**The state feed: ``control.feed.Feed``.** What the backend observes comes back through one object:
+``register`` (a node and its inventory, and the replicas it still runs), ``heartbeat``
+(the node is alive; its lease is renewed), ``report`` (replica started, exited or failed;
+log chunks; progress and checkpoints). Each is applied in a group commit with its
+neighbours (``control/batch.py``); a start wakes no pass, an exit or a node change asks
+the loop for one. The native backend's feed is the agent protocol's HTTP endpoints.
+
+Inventory is the first call of the feed: a node exists for the scheduler once it
+registered, and is lost when its lease runs out (``agents.expire``) or its backend says so.
+Nothing in ``core/`` knows which backend runs a job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+from boltforge.control.notify import Notifier
+
+
+class Backend(Protocol):
+    """Where replicas run (see the module docstring for the contract)."""
+
+    name: str
+
+    def converge(self, nodes: Iterable[str]) -> None:
+        """After a commit: make ``nodes`` carry out the intent the store now holds for
+        them. Quick, idempotent, never raises."""
+        ...
+
+
+class NativeBackend:
+    """Boltforge's own agents: each long-polls its node's desired state, so converging is
+    waking that long-poll."""
+
+    name = "native"
+
+    def __init__(self, notifier: Notifier) -> None:
+        self.notifier = notifier
+
+    def converge(self, nodes: Iterable[str]) -> None:
+        self.notifier.notify(f"node:{n}" for n in nodes)

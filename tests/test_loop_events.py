@@ -1,0 +1,74 @@
+"""The loop is driven by events and does only the work each asks for: a start wakes no
+pass, an exit asks for dispatch and a full pass, arrivals reuse the world the last pass
+left, and full passes never run back to back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from control_kit import Fleet, make_spec
+
+
+def test_a_start_report_asks_for_no_pass(tmp_path: Path) -> None:
+    with Fleet(tmp_path, hosts=2) as fleet:
+        job = fleet.submit(make_spec("train", 16))
+        assert fleet.rt.scheduler.wanted() == (0, False)
+        for node in fleet.nodes.values():
+            for rep in node.to_run():
+                node.start(rep)
+        assert fleet.rt.scheduler.wanted() == (0, False)
+        assert fleet.job(job).state == "running"
+
+
+def test_an_exit_asks_for_a_full_pass(tmp_path: Path) -> None:
+    with Fleet(tmp_path, hosts=2) as fleet:
+        job = fleet.submit(make_spec("train", 8))
+        fleet.start_everything()
+        node = next(n for n in fleet.nodes.values() if n.to_run())
+        [rep] = node.to_run()
+        node.exit(rep, 0)
+        assert fleet.rt.scheduler.wanted() == (0, True)
+        fleet.settle()
+        assert fleet.job(job).state == "succeeded"
+
+
+def test_arrivals_reuse_the_world_until_something_else_changes_the_holdings(
+    tmp_path: Path,
+) -> None:
+    with Fleet(tmp_path, hosts=4) as fleet:
+        stats = fleet.rt.scheduler.stats
+        first = fleet.submit(make_spec("a", 8))
+        reads = stats.world_reads
+        fleet.submit(make_spec("b", 8))
+        fleet.submit(make_spec("c", 8))
+        assert stats.world_reads == reads  # their own binds were counted in, not re-read
+        fleet.start_everything()
+        fleet.finish(first)  # an exit frees GPUs: the next arrival reads the world again
+        fleet.submit(make_spec("d", 16))
+        assert stats.world_reads > reads
+        placed = [fleet.job(j).state for j in fleet.rt.mirror.jobs]
+        assert placed.count("scheduled") + placed.count("running") == 3
+
+
+def test_a_full_pass_held_back_leaves_arrivals_and_dispatch_going(tmp_path: Path) -> None:
+    with Fleet(tmp_path, hosts=2) as fleet:
+        sched = fleet.rt.scheduler
+        sched.wake()  # something asked for a full pass
+        r = fleet.post("/v1/jobs", {"spec": make_spec("a", 8)})
+        job = r.json()["job"]["id"]
+        before = sched.stats.full_cycles
+        touched = sched.pass_once(allow_full=False)
+        assert sched.stats.full_cycles == before  # held back
+        assert sched.wanted() == (0, True)  # and still wanted
+        assert job in touched.jobs
+        assert fleet.job(job).state == "scheduled"
+        assert any(n.to_run() for n in fleet.nodes.values())  # dispatched meanwhile
+
+
+def test_the_next_full_pass_waits_at_least_as_long_as_the_last_took(tmp_path: Path) -> None:
+    with Fleet(tmp_path, hosts=2) as fleet:
+        sched = fleet.rt.scheduler
+        sched.wake()
+        sched.pass_once()
+        took = sched.stats.last_full_ms / 1000.0
+        assert sched.full_due_in() > max(took, 0.4)  # at least MIN_FULL_GAP_S, less a moment
