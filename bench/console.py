@@ -53,17 +53,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import signal
 import statistics
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import httpx
@@ -71,16 +67,26 @@ import numpy as np
 import yaml
 from playwright.sync_api import Browser, Page, sync_playwright
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from standin import (
+    FLEET,
+    auth,
+    console,
+    interrupts_as_keyboard,
+    inventories,
+    parallel,
+    post,
+    progress,
+    register_hosts,
+    report_started,
+    wait_running,
+    wait_used,
+)
 
-from boltforge.spec.fleet import FleetSpec, load_fleet_spec
+from boltforge.spec.fleet import load_fleet_spec
 from boltforge.testing.browser import ARGS, chromium
 from boltforge.testing.processes import LocalCluster
-from boltforge.wire.agent import AgentReport, Inventory, Registration, ReplicaEvent
 
-ROOT = Path(__file__).resolve().parent.parent
-FLEET = ROOT / "examples" / "fleets" / "h100-16k.yaml"
 # A one-day lease: stand-in nodes stay ready without heartbeats. Preemption off (churn 0,
 # endless minimum runtime): high-priority waiting work must not start bumping the fill.
 SERVER_ARGS = ["--lease", "86400", "--min-runtime", "1e9", "--churn", "0"]
@@ -91,20 +97,6 @@ FILL_SHARE = {256: 0.35, 64: 0.25, 16: 0.15, 8: 0.15}  # of a team's GPUs; 1-GPU
 SWEEP = 16  # tasks per 1-GPU array job
 PENDING_MIX = ((1, 0.4), (8, 0.25), (16, 0.15), (64, 0.12), (256, 0.08))
 PRIORITIES = ("high", "normal", "normal", "low", "low")
-# Concurrent stand-in agents and submitters: registrations and reports wait for the
-# scheduler's lock, so one pass serves as many of them as are in flight.
-THREADS = 32
-console = Console(stderr=True)
-
-
-def progress() -> Progress:
-    return Progress(
-        TextColumn("{task.description:<28}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-    )
 
 
 def stats(samples: list[float]) -> dict[str, Any]:
@@ -115,101 +107,6 @@ def stats(samples: list[float]) -> dict[str, Any]:
         "p95": round(float(np.percentile(samples, 95)), 1),
         "n": len(samples),
     }
-
-
-# ---- the fleet: hosts registered as stand-in agents ------------------------------------------
-
-
-def inventories(spec: FleetSpec) -> list[Inventory]:
-    """Every host of the fleet as its agent would declare it (names as ``FleetSpec.to_tree``)."""
-    out = []
-    for pool in spec.pools:
-        for p, r, h in pool.layout.places():
-            rack = f"{pool.name}-p{p}-r{r:02d}"
-            out.append(
-                Inventory(
-                    name=f"{rack}-h{h:02d}",
-                    pool=pool.name,
-                    gpu=pool.gpu,
-                    gpu_memory_gb=pool.gpu_memory_gb,
-                    gpus=pool.gpus_per_host,
-                    nvlink_island=pool.nvlink_island,
-                    cpus=pool.cpus,
-                    memory_gb=pool.memory_gb,
-                    rails=pool.rails,
-                    pod=f"{pool.name}-p{p}",
-                    rack=rack,
-                    tier=pool.tier.value,
-                    price_per_gpu_hour=pool.price_per_gpu_hour,
-                )
-            )
-    return out
-
-
-def post(http: httpx.Client, path: str, body: Any) -> Any:
-    reply = http.post(path, json=body)
-    if reply.status_code >= 400:
-        raise RuntimeError(f"POST {path}: {reply.status_code} {reply.text[:300]}")
-    return reply.json()
-
-
-def parallel(
-    label: str, like: httpx.Client, items: list[Any], work: Callable[[httpx.Client, Any], Any]
-) -> list[Any]:
-    """``work(client, item)`` on every item in ``THREADS`` threads, each with its own client
-    made ``like`` the given one, with a progress bar; the results in order."""
-    local, made = threading.local(), []
-
-    def run(item: Any) -> Any:
-        if not hasattr(local, "http"):
-            local.http = httpx.Client(base_url=like.base_url, headers=like.headers, timeout=60)
-            made.append(local.http)
-        return work(local.http, item)
-
-    out = []
-    pool = ThreadPoolExecutor(THREADS)
-    try:
-        with progress() as bar:
-            task = bar.add_task(label, total=len(items))
-            for result in pool.map(run, items):
-                out.append(result)
-                bar.advance(task)
-    finally:  # on an error or Ctrl-C, drop what has not started
-        pool.shutdown(wait=True, cancel_futures=True)
-        for http in made:
-            http.close()
-    return out
-
-
-def register_hosts(agent: httpx.Client, hosts: list[Inventory]) -> dict[str, str]:
-    """Register every host; returns each node's session."""
-
-    def one(http: httpx.Client, inv: Inventory) -> tuple[str, str]:
-        body = Registration(inventory=inv).model_dump(mode="json", exclude_defaults=True)
-        return inv.name, post(http, "/v1/agents/register", body)["session"]
-
-    return dict(parallel("registering hosts", agent, hosts, one))
-
-
-def report_started(agent: httpx.Client, sessions: dict[str, str]) -> int:
-    """Report every replica the server wants run as started; returns how many."""
-
-    def one(http: httpx.Client, node: str) -> int:
-        desired = http.get(f"/v1/agents/{node}/desired").json()
-        now = time.time()
-        events = [
-            ReplicaEvent(
-                replica=r["replica"], job=r["job"], epoch=r["epoch"], kind="started", at=now
-            )
-            for r in desired["replicas"]
-            if r["action"] == "run"
-        ]
-        if events:
-            body = AgentReport(session=sessions[node], events=events)
-            post(http, f"/v1/agents/{node}/report", body.model_dump(mode="json"))
-        return len(events)
-
-    return sum(parallel("reporting replicas started", agent, sorted(sessions), one))
 
 
 # ---- the work: fill to quota, then a queue that waits -----------------------------------------
@@ -278,38 +175,6 @@ def submit_all(http: httpx.Client, label: str, bodies: list[dict[str, Any]]) -> 
     return parallel(label, http, bodies, one)
 
 
-def fleet(http: httpx.Client) -> dict[str, Any]:
-    reply = http.get("/v1/fleet")
-    reply.raise_for_status()
-    data: dict[str, Any] = reply.json()
-    return data
-
-
-def wait_used(http: httpx.Client, gpus: int, timeout: float) -> dict[str, Any]:
-    """Until the scheduler has placed ``gpus`` GPUs; returns ``/v1/fleet``."""
-    deadline = time.monotonic() + timeout
-    with progress() as bar:
-        task = bar.add_task("scheduler placing the fill", total=gpus)
-        while True:
-            now = fleet(http)
-            bar.update(task, completed=min(now["gpus_used"], gpus))
-            if now["gpus_used"] >= gpus:
-                return now
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{now['gpus_used']} of {gpus} GPUs placed in {timeout} s")
-            time.sleep(0.5)
-
-
-def wait_running(http: httpx.Client, jobs: int, timeout: float) -> dict[str, Any]:
-    """Until ``jobs`` jobs are in state ``running`` (``jobs_running`` counts scheduled ones)."""
-    deadline = time.monotonic() + timeout
-    while (running := (now := fleet(http))["by_state"].get("running", 0)) < jobs:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{running} of {jobs} jobs running in {timeout} s")
-        time.sleep(0.5)
-    return now
-
-
 @dataclass
 class Fleet:
     """The server and what the setup put on it."""
@@ -334,8 +199,8 @@ def teams_file(path: Path) -> Path:
 def set_up(cluster: LocalCluster, pending: int) -> Fleet:
     """Register the hosts, fill the fleet to the quotas, start the fill, queue ``pending``."""
     hosts = inventories(load_fleet_spec(FLEET))
-    api = httpx.Client(base_url=cluster.url, timeout=60, headers=_auth(cluster.admin_token))
-    agent = httpx.Client(base_url=cluster.url, timeout=60, headers=_auth(cluster.agent_token))
+    api = httpx.Client(base_url=cluster.url, timeout=60, headers=auth(cluster.admin_token))
+    agent = httpx.Client(base_url=cluster.url, timeout=60, headers=auth(cluster.agent_token))
     took: dict[str, float] = {}
     with api, agent:
         t = time.perf_counter()
@@ -354,10 +219,6 @@ def set_up(cluster: LocalCluster, pending: int) -> Fleet:
     flat = [i for ids in fill for i in ids]
     queued = [i for ids in waiting for i in ids]
     return Fleet(cluster.url, cluster.admin_token, len(hosts), flat, queued, big, took, after)
-
-
-def _auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 # ---- the pages, in headless Chromium ----------------------------------------------------------
@@ -595,7 +456,7 @@ def map_api(api: httpx.Client, calls: int) -> dict[str, Any]:
 def measure(f: Fleet, args: argparse.Namespace) -> dict[str, Any]:
     """Every page measurement, in one headless Chromium."""
     out: dict[str, Any] = {}
-    with httpx.Client(base_url=f.url, timeout=60, headers=_auth(f.token)) as api:
+    with httpx.Client(base_url=f.url, timeout=60, headers=auth(f.token)) as api:
         preflight(api)
         out["map_api"] = map_api(api, args.map_calls)
         with sync_playwright() as p:
@@ -627,20 +488,6 @@ def screenshots(pages: Pages, queue_rows: int, folder: Path) -> None:
 
 
 # ---- running it --------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def interrupts_as_keyboard() -> Iterator[None]:
-    """SIGTERM unwinds like Ctrl-C, so every ``finally`` and ``with`` runs."""
-
-    def stop(_sig: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 def arguments() -> argparse.Namespace:
