@@ -106,6 +106,15 @@ def current(s: Session, name: str, session: str) -> NodeRow:
     return node
 
 
+def current_in(mirror: Mirror, name: str, session: str) -> None:
+    """``current`` from the mirror, without the store: raise ``SessionMismatch`` unless
+    ``session`` is node ``name``'s current lease."""
+    with mirror.reading():
+        node = mirror.nodes.get(name)
+        if node is None or node.state == "dead" or node.session != session:
+            raise SessionMismatch(name)
+
+
 def reconcile(
     s: Session, node: NodeRow, running: list[ReplicaStatus], now: float, forget_missing: bool
 ) -> tuple[list[str], Touched]:

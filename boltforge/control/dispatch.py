@@ -48,16 +48,18 @@ def dispatch(s: Session, mirror: Mirror, now: float) -> Touched:
 def _gangs(
     mirror: Mirror,
 ) -> tuple[dict[str, list[LiveReplica]], set[tuple[str, int]], Callable[[str], Order]]:
-    """The waiting gangs by job, the GPUs busy with started replicas, and the dispatch order
-    (priority, then submission)."""
+    """The waiting gangs by job, the GPUs busy with started replicas on their nodes, and the
+    dispatch order (priority, then submission)."""
     gangs: dict[str, list[LiveReplica]] = defaultdict(list)
     busy: set[tuple[str, int]] = set()
     with mirror.reading():
         for r in mirror.replicas.values():
             if r.state == "waiting":
                 gangs[r.job_id].append(r)
-            elif r.state in BUSY:
-                busy |= {(r.node, g) for g in r.gpus}
+        for node in {r.node for reps in gangs.values() for r in reps}:
+            for r in mirror.held_on(node):
+                if r.state in BUSY:
+                    busy |= {(r.node, g) for g in r.gpus}
         keys = {j: _key(mirror, j) for j in gangs}
     return gangs, busy, keys.__getitem__
 

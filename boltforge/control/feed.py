@@ -54,10 +54,10 @@ class Feed:
         replica ids and what changed. Raises ``SessionMismatch`` as ``heartbeat`` does."""
 
         def change(s: Session) -> tuple[list[str], Touched]:
-            row = protocol.current(s, node, body.session)
-            refused, touched = apply_events(s, row, body.events)
-            refused += apply_logs(s, row, body.logs, now)
-            refused += apply_progress(s, row, body.progress)
+            protocol.current_in(self.scheduler.mirror, node, body.session)
+            refused, touched = apply_events(s, node, body.events)
+            refused += apply_logs(s, node, body.logs, now)
+            refused += apply_progress(s, node, body.progress)
             spot.settle(s, touched.jobs | {p.job for p in body.progress if p.checkpoint})
             return refused, touched
 

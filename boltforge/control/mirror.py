@@ -46,6 +46,7 @@ class LiveNode:
     last_heartbeat: float | None = None
     reclaim_at: float | None = None
     desired_version: int = 0
+    session: str = ""
 
 
 @dataclass(slots=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session, defer
+from sqlalchemy.orm import Session
 
 from boltforge.control import preflight
 from boltforge.control.actuate import Touched, close_run, halt
@@ -30,30 +30,33 @@ CHECKPOINT_EVENT_GAP_S = 60.0
 
 
 def apply_events(
-    s: Session, node: NodeRow, events: Iterable[ReplicaEvent]
+    s: Session, node: str, events: Iterable[ReplicaEvent]
 ) -> tuple[list[str], Touched]:
-    """Apply replica events from ``node``; returns the refused replica ids and what changed."""
+    """Apply replica events from node ``node`` (whose session the caller checked); returns
+    the refused replica ids and what changed."""
     refused: list[str] = []
     touched = Touched()
     for ev in events:
-        rep = _replica(s, ev.replica)
-        if _stale(rep, node, ev.epoch) or rep is None or rep.job_id != ev.job:
-            refused.append(ev.replica)
-            continue
-        job = _job(s, rep.job_id)
-        assert job is not None
-        touched.jobs.add(job.id)
-        if ev.kind == "started":
-            _started(s, job, rep, ev)
-        elif rep.state != "exited":
+        with s.no_autoflush:  # reads of rows that exist: the writes before them can wait
+            rep = s.get(ReplicaRow, ev.replica)
+            if _stale(rep, node, ev.epoch) or rep is None or rep.job_id != ev.job:
+                refused.append(ev.replica)
+                continue
+            job = s.get(JobRow, rep.job_id)
+            assert job is not None
+            touched.jobs.add(job.id)
+            if ev.kind == "started":
+                _started(s, job, rep, ev)
+                continue
+        if rep.state != "exited":
             touched |= _ended(s, job, rep, ev)
             touched |= _node_findings(s, rep, ev)
     return refused, touched
 
 
-def _stale(rep: ReplicaRow | None, node: NodeRow, epoch: int) -> bool:
+def _stale(rep: ReplicaRow | None, node: str, epoch: int) -> bool:
     """Whether a report item about ``rep`` at ``epoch`` from ``node`` is to be refused."""
-    return rep is None or rep.node != node.name or rep.epoch != epoch or rep.state == "lost"
+    return rep is None or rep.node != node or rep.epoch != epoch or rep.state == "lost"
 
 
 def _started(s: Session, job: JobRow, rep: ReplicaRow, ev: ReplicaEvent) -> None:
@@ -66,8 +69,10 @@ def _started(s: Session, job: JobRow, rep: ReplicaRow, ev: ReplicaEvent) -> None
 def _maybe_running(s: Session, job: JobRow, at: float) -> None:
     """A scheduled job runs once every replica of its epoch has started (some may already
     have finished)."""
+    if job.state != "scheduled":
+        return
     reps = _epoch(s, job)
-    if job.state != "scheduled" or any(r.started_at is None for r in reps):
+    if any(r.started_at is None for r in reps):
         return
     first = job.started_at is None
     job.started_at = job.started_at or at
@@ -153,27 +158,16 @@ def _exit_words(ev: ReplicaEvent) -> str:
     return f"exited with code {ev.exit_code}"
 
 
-def _replica(s: Session, replica_id: str) -> ReplicaRow | None:
-    """The replica, its spec left unread (reports rarely need it; read on first use)."""
-    return s.get(ReplicaRow, replica_id, options=[defer(ReplicaRow.spec)])
-
-
-def _job(s: Session, job_id: str) -> JobRow | None:
-    """The job, its spec left unread (read on first use)."""
-    return s.get(JobRow, job_id, options=[defer(JobRow.spec)])
-
-
 def _epoch(s: Session, job: JobRow) -> list[ReplicaRow]:
     q = select(ReplicaRow).where(ReplicaRow.job_id == job.id, ReplicaRow.epoch == job.epoch)
-    q = q.options(defer(ReplicaRow.spec))
     return list(s.scalars(q))
 
 
-def apply_logs(s: Session, node: NodeRow, chunks: Iterable[LogChunk], at: float) -> list[str]:
+def apply_logs(s: Session, node: str, chunks: Iterable[LogChunk], at: float) -> list[str]:
     """Store log chunks in order; a chunk already stored (a retried report) is skipped."""
     refused = []
     for c in chunks:
-        rep = _replica(s, c.replica)
+        rep = s.get(ReplicaRow, c.replica)
         if _stale(rep, node, c.epoch) or rep is None:
             refused.append(c.replica)
             continue
@@ -184,18 +178,18 @@ def apply_logs(s: Session, node: NodeRow, chunks: Iterable[LogChunk], at: float)
     return refused
 
 
-def apply_progress(s: Session, node: NodeRow, reports: Iterable[Progress]) -> list[str]:
+def apply_progress(s: Session, node: str, reports: Iterable[Progress]) -> list[str]:
     """Record each rank's latest step and recent step times; a checkpoint moves the job's
     last checkpoint (what preemption prices lost work from). Progress of an epoch the job
     has left is refused."""
     refused = []
     for p in reports:
-        rep = _replica(s, p.replica)
-        job = _job(s, rep.job_id) if rep is not None else None
+        rep = s.get(ReplicaRow, p.replica)
+        job = s.get(JobRow, rep.job_id) if rep is not None else None
         if _stale(rep, node, p.epoch) or job is None or job.epoch != p.epoch:
             refused.append(p.replica)
             continue
-        _rank(s, job, node.name, p)
+        _rank(s, job, node, p)
         job.last_step = max(job.last_step or 0, p.step)
         if p.checkpoint:
             quiet = (job.last_checkpoint_at or 0.0) > p.at - CHECKPOINT_EVENT_GAP_S

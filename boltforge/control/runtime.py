@@ -109,15 +109,15 @@ class Runtime:
 
     def take_sample(self) -> None:
         """Add the fleet's utilization now to the console's history (a worker thread's job)."""
-        with self.db.session() as s, self._views_lock:
-            hold = self.config.recovery_hold_s
-            point = sample(s, self.mirror, self._views, self.clock(), hold)
+        now = self.clock()
+        world = self.world(now)
+        with self.db.session() as s:
+            point = sample(s, world, now)
         self.history.add(point)
 
     def fragmentation(self, now: float) -> float:
         """The fleet's fragmentation index now, as a pass would see it (from the mirror)."""
-        with self._views_lock:
-            return fragmentation_index(self.mirror, self._views, now, self.config.recovery_hold_s)
+        return fragmentation_index(self.world(now))
 
     def world(self, now: float) -> World:
         """The whole world as a full pass would read it now (for replies such as

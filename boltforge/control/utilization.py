@@ -16,9 +16,8 @@ from collections import deque
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from boltforge.control.mirror import Mirror
 from boltforge.control.models import HELD, NodeRow, RankProgressRow, ReplicaRow
-from boltforge.control.world import USABLE_NODES, Caches, load_world
+from boltforge.control.world import USABLE_NODES, World
 from boltforge.core.fragmentation import measure
 from boltforge.wire.console import UtilSample
 
@@ -26,7 +25,7 @@ PRODUCTIVE_WINDOW_S = 120.0
 KEEP_S = 24 * 3600.0
 
 
-def sample(s: Session, mirror: Mirror, caches: Caches, now: float, hold_s: float) -> UtilSample:
+def sample(s: Session, world: World, now: float) -> UtilSample:
     """The fleet's utilization at ``now`` (see the module docstring)."""
     live = select(func.coalesce(func.sum(NodeRow.gpus), 0)).where(NodeRow.state.in_(USABLE_NODES))
     gpus = int(s.scalar(live) or 0)
@@ -47,15 +46,13 @@ def sample(s: Session, mirror: Mirror, caches: Caches, now: float, hold_s: float
         allocated=allocated,
         compute=compute,
         productive=productive,
-        fragmentation=fragmentation_index(mirror, caches, now, hold_s) if gpus else 0.0,
+        fragmentation=fragmentation_index(world) if gpus else 0.0,
     )
 
 
-def fragmentation_index(mirror: Mirror, caches: Caches, now: float, hold_s: float) -> float:
+def fragmentation_index(world: World) -> float:
     """The core's fragmentation index (0 to 1, 4 decimals) of the fleet as a scheduling pass
-    at ``now`` would see it; 0 for a fleet without GPUs. ``caches`` are the caller's own
-    (not a scheduler's), used by one thread at a time."""
-    world = load_world(mirror, now, caches, hold_s=hold_s)
+    reading ``world`` sees it; 0 for a fleet without GPUs."""
     return round(measure(world.state).index, 4) if world.fleet.tree.total_gpus else 0.0
 
 
