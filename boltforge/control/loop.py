@@ -52,12 +52,23 @@ from boltforge.control.notify import Notifier
 from boltforge.control.planning import Plan, still_valid
 from boltforge.control.quotas import TeamQuotas, quota_tree
 from boltforge.control.restarts import end_holds
-from boltforge.control.world import USABLE_NODES, Caches, World, add_waiting, load_world, usage
+from boltforge.control.world import (
+    USABLE_NODES,
+    Caches,
+    World,
+    add_waiting,
+    fleet_of,
+    load_world,
+    refresh_routing,
+    routing_stale,
+    usage,
+)
 from boltforge.core.cycle import Snapshot, reservation_depth, run_cycle, schedule_arrival
 from boltforge.core.decisions import CycleResult, Reserve, Waiting, WaitReason
 from boltforge.core.health import HealthRules
 from boltforge.core.modes import shape_of
 from boltforge.core.policy import Policy
+from boltforge.core.routing import RoutingFacts
 from boltforge.core.state import Allocation
 from boltforge.core.workload import Job, Running, Usage
 
@@ -136,6 +147,7 @@ class Scheduler:
         self._other = True
         self._world: World | None = None
         self._world_version = -1
+        self._committed = Touched()
         self._wakeup: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
@@ -189,6 +201,7 @@ class Scheduler:
                 touched = await asyncio.to_thread(self.pass_once, allow_full)
             except Exception:  # a pass must never take the loop down with it
                 log.exception("scheduling pass failed")
+                self.announce(self._committed)  # what it committed before it failed
                 await asyncio.sleep(self.tick_s)
                 continue
             self.announce(touched)
@@ -227,7 +240,7 @@ class Scheduler:
                 self._other = False
             else:
                 allow_full = False
-        touched = Touched()
+        touched = self._committed = Touched()  # grows as each step commits
         with self.lock:
             now = self.clock()
             upkept, plan_changed = self._upkeep(now)  # 1. upkeep
@@ -278,11 +291,10 @@ class Scheduler:
         applied by a later pass), or here, applied at once."""
         started = time.perf_counter()
         self._world = None
-        with self.db.session() as s:
-            world = load_world(
-                self.mirror, now, self.caches, hold_s=self.recovery_hold_s, s=s
-            )  # 2. world
-            self.stats.world_reads += 1
+        self._fresh_routing(now)
+        world = load_world(self.mirror, now, self.caches, hold_s=self.recovery_hold_s)  # 2.
+        self.stats.world_reads += 1
+        with self.db.session() as s:  # the store only for quotas and fair-share usage
             world.quota = quota_tree(self.quotas, s, world, full=True)
             self._usage_at = float("-inf")
             snap = world.snapshot(self._usage(s, now), self._recent(now))
@@ -401,9 +413,9 @@ class Scheduler:
         ``now`` with these arrivals, while the mirror's holdings have not changed since."""
         world = self._world
         if world is None or self._world_version != self.mirror.version:
-            world = load_world(
-                self.mirror, now, self.caches, waiting=job_ids, hold_s=self.recovery_hold_s, s=s
-            )
+            self._fresh_routing(now)
+            hold = self.recovery_hold_s
+            world = load_world(self.mirror, now, self.caches, waiting=job_ids, hold_s=hold)
             world.quota = quota_tree(self.quotas, s, world, full=False)
             self._world, self._world_version = world, self.mirror.version
             self.stats.world_reads += 1
@@ -411,6 +423,16 @@ class Scheduler:
         world.now = now
         add_waiting(world, self.mirror, job_ids, self.caches)
         return world
+
+    def _fresh_routing(self, now: float) -> None:
+        """Re-read the pools' interruption rates when they are due (once a minute), in a
+        short transaction of its own."""
+        if routing_stale(self.caches, now):
+            fleet = fleet_of(self.mirror, self.caches)
+            with self.db.session() as s:
+                refresh_routing(s, fleet, now, self.caches)
+            if self.caches.routing is None:
+                self.caches.routing = (now, RoutingFacts())
 
     def _arrival(self, s: Session, world: World, job: Job, now: float) -> CycleResult:
         key = (_kind(job), self._world_version, world.changes)

@@ -245,15 +245,31 @@ def _recovery_holds(world: World, rows: list[LiveJob], hold_s: float) -> set[tup
 
 def _routing(s: Session | None, fleet: Fleet, now: float, caches: Caches) -> RoutingFacts | None:
     """Observed interruption rates for cost-aware routing (``control/interruptions.py``),
-    re-read every ``ROUTING_REFRESH_S``; None when the fleet has no priced choice to make."""
-    pools = fleet.tree.pools
-    if len(pools) < 2 or all(p.price_per_gpu_hour <= 0 for p in pools):
+    re-read from ``s`` when given every ``ROUTING_REFRESH_S``; None when the fleet has no
+    priced choice to make."""
+    if not _priced(fleet):
         return None
-    stale = caches.routing is None or now - caches.routing[0] >= ROUTING_REFRESH_S
-    if stale and s is not None:
+    if s is not None and routing_stale(caches, now):
+        refresh_routing(s, fleet, now, caches)
+    return caches.routing[1] if caches.routing is not None else None
+
+
+def routing_stale(caches: Caches, now: float) -> bool:
+    """Whether the interruption rates in ``caches`` are due to be read again."""
+    return caches.routing is None or now - caches.routing[0] >= ROUTING_REFRESH_S
+
+
+def refresh_routing(s: Session, fleet: Fleet, now: float, caches: Caches) -> None:
+    """Read the interruption rates for ``fleet`` from the store into ``caches`` (nothing to
+    read when the fleet has no priced choice)."""
+    if _priced(fleet):
         nodes = {n.name: n for n in s.scalars(select(NodeRow))}
         caches.routing = (now, routing_facts(s, fleet.tree, nodes, now))
-    return caches.routing[1] if caches.routing is not None else None
+
+
+def _priced(fleet: Fleet) -> bool:
+    pools = fleet.tree.pools
+    return len(pools) >= 2 and any(p.price_per_gpu_hour > 0 for p in pools)
 
 
 def _hold(

@@ -245,11 +245,19 @@ async def events(
 
 
 def _event_page(rt: Runtime, job_id: str, who: Caller, after: int) -> EventPage:
+    """The events after ``after`` and the job's state, read after them: on a store where
+    each statement sees its own moment (PostgreSQL), the state is never older than the
+    events it comes with, so a follower that sees ``placed`` also sees ``scheduled``."""
     with rt.db.session() as s:
-        row = visible_job(s, job_id, who)
+        visible_job(s, job_id, who)
         q = select(EventRow).where(EventRow.job_id == job_id, EventRow.id > after)
         found = [event_out(e) for e in s.scalars(q.order_by(EventRow.id).limit(500))]
-        return EventPage(job=job_id, state=row.state, events=found)
+        return EventPage(job=job_id, state=_state_now(s, job_id), events=found)
+
+
+def _state_now(s: Session, job_id: str) -> str:
+    """The job's state as the store has it now (not as the session first read it)."""
+    return str(s.scalar(select(JobRow.state).where(JobRow.id == job_id)))
 
 
 @router.get("/{job_id}/logs")
@@ -274,14 +282,14 @@ async def logs(
 
 def _log_page(rt: Runtime, job_id: str, who: Caller, after: int) -> LogPage:
     with rt.db.session() as s:
-        row = visible_job(s, job_id, who)
+        visible_job(s, job_id, who)
         q = select(LogRow).where(LogRow.job_id == job_id, LogRow.id > after)
         chunks = list(s.scalars(q.order_by(LogRow.id).limit(1000)))
         text = "".join(c.data for c in chunks)
         lines = text.splitlines()
         return LogPage(
             job=job_id,
-            state=row.state,
+            state=_state_now(s, job_id),
             next=chunks[-1].id if chunks else after,
             lines=lines,
         )
