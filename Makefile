@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/cycle.py
 	$(BIN)/python bench/simulate.py
 	$(BIN)/python bench/control_plane.py
+	$(BIN)/python bench/fleet_scale.py
 	$(BIN)/python bench/soak.py
 
 clean:

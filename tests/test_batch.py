@@ -58,7 +58,7 @@ def test_changes_that_arrive_together_share_a_commit(db: Database) -> None:
         with ThreadPoolExecutor(40) as pool:
             with gate:  # hold the writer while forty changes queue up
                 results = [pool.submit(writer.write, counter(f"c{i}", i)) for i in range(40)]
-                queued(writer, 39)  # the first one is taken, and waits for the gate
+                queued(writer, 40)  # every one queued, or taken and waiting for the gate
             assert sorted(r.result() for r in results) == sorted(f"c{i}" for i in range(40))
         assert writer.changes == 40 and writer.groups <= 3
     finally:
@@ -74,7 +74,7 @@ def test_a_failing_change_leaves_nothing_and_its_neighbours_land(db: Database) -
             with gate:
                 good = [pool.submit(writer.write, counter(f"g{i}", i)) for i in range(3)]
                 bad = pool.submit(writer.write, counter("bad", -1))
-                queued(writer, 3)
+                queued(writer, 4)
             assert [f.result() for f in good] == ["g0", "g1", "g2"]
             with pytest.raises(ValueError, match="negative"):
                 bad.result()

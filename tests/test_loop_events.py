@@ -53,6 +53,9 @@ def test_arrivals_reuse_the_world_until_something_else_changes_the_holdings(
 def test_a_full_pass_held_back_leaves_arrivals_and_dispatch_going(tmp_path: Path) -> None:
     with Fleet(tmp_path, hosts=2) as fleet:
         sched = fleet.rt.scheduler
+        sched.stop()  # only this test's passes from here on
+        with sched.lock:
+            pass  # a pass the background loop had begun has ended
         sched.wake()  # something asked for a full pass
         r = fleet.post("/v1/jobs", {"spec": make_spec("a", 8)})
         job = r.json()["job"]["id"]

@@ -54,6 +54,7 @@ class Batcher:
         self._thread.start()
         self.groups = 0
         self.changes = 0
+        self._taken = 0  # changes taken into the group being applied
 
     def write(self, apply: Callable[[Session], T]) -> T:
         """Apply ``apply`` in a group and return its result (or raise its error)."""
@@ -68,8 +69,9 @@ class Batcher:
         return await asyncio.wrap_future(change.done)
 
     def waiting(self) -> int:
-        """How many changes wait for the next group (roughly: others may be arriving)."""
-        return self._changes.qsize()
+        """How many changes wait to be applied: queued, or taken into the group that is
+        waiting for the lock (roughly: others may be arriving)."""
+        return self._changes.qsize() + self._taken
 
     def close(self) -> None:
         self._changes.put(None)
@@ -90,7 +92,9 @@ class Batcher:
                     self._changes.put(None)
                     break
                 group.append(more)
+            self._taken = len(group)
             self._apply(group)
+            self._taken = 0
 
     def _apply(self, group: list[Change[Any]]) -> None:
         try:
