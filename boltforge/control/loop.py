@@ -207,7 +207,10 @@ class Scheduler:
             self.announce(touched)
 
     def full_due_in(self) -> float:
-        """Seconds until a full pass may run (0 or less: now)."""
+        """Seconds until a full pass may run (0 or less: now; infinite while one is being
+        planned: the planner wakes the loop when it is done)."""
+        if self._planning is not None:
+            return float("inf")
         stats = self.stats
         gap = max(MIN_FULL_GAP_S, stats.last_full_ms / 1000.0)
         return stats.last_full_end + gap - time.monotonic()
