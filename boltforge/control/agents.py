@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session, defer
+from sqlalchemy.orm import Session
 
 from boltforge.control.activity import merge
 from boltforge.control.actuate import Touched, halt
@@ -100,7 +100,7 @@ def heartbeat(
 
 def current(s: Session, name: str, session: str) -> NodeRow:
     """The node ``name`` if ``session`` is its current lease, else ``SessionMismatch``."""
-    node = s.get(NodeRow, name, options=[defer(NodeRow.inventory)])
+    node = s.get(NodeRow, name)
     if node is None or node.state == "dead" or node.session != session:
         raise SessionMismatch(name)
     return node

@@ -68,7 +68,6 @@ from boltforge.core.decisions import CycleResult, Reserve, Waiting, WaitReason
 from boltforge.core.health import HealthRules
 from boltforge.core.modes import shape_of
 from boltforge.core.policy import Policy
-from boltforge.core.routing import RoutingFacts
 from boltforge.core.state import Allocation
 from boltforge.core.workload import Job, Running, Usage
 
@@ -92,7 +91,6 @@ class LoopStats:
     evictions: int = 0
     cycle_ms: list[float] = field(default_factory=list)
     full_ms: list[float] = field(default_factory=list)
-    full_locked_ms: list[float] = field(default_factory=list)  # of which under the lock
     world_reads: int = 0  # worlds built from the mirror (full passes, and incremental ones
     # whose holdings changed)
     last_full_ms: float = 0.0
@@ -365,13 +363,7 @@ class Scheduler:
         stats.last_full_end = time.monotonic()
         stats.last_full_ms = plan.read_ms + plan.compute_ms + apply_ms
         stats.full_ms = [*stats.full_ms[-999:], stats.last_full_ms]
-        locked = plan.read_ms + apply_ms
-        stats.full_locked_ms = [*stats.full_locked_ms[-999:], locked]
-        stats.cycles += 1
-        stats.last_cycle_ms = stats.last_full_ms
-        stats.binds += len(result.binds)
-        stats.evictions += len(result.evictions)
-        stats.cycle_ms = [*stats.cycle_ms[-999:], stats.last_full_ms]
+        self._count(stats.last_full_ms, result)
 
     def _incremental(self, now: float, job_ids: list[str]) -> Touched:
         """Incremental passes for new jobs, in submit order, on the world the last pass left
@@ -434,8 +426,6 @@ class Scheduler:
             fleet = fleet_of(self.mirror, self.caches)
             with self.db.session() as s:
                 refresh_routing(s, fleet, now, self.caches)
-            if self.caches.routing is None:
-                self.caches.routing = (now, RoutingFacts())
 
     def _arrival(self, s: Session, world: World, job: Job, now: float) -> CycleResult:
         key = (_kind(job), self._world_version, world.changes)
@@ -488,7 +478,10 @@ class Scheduler:
         return tuple(self.recent)
 
     def _timed(self, started: float, result: CycleResult) -> None:
-        ms = (time.perf_counter() - started) * 1000.0
+        self._count((time.perf_counter() - started) * 1000.0, result)
+
+    def _count(self, ms: float, result: CycleResult) -> None:
+        """Count one pass of ``ms`` milliseconds that decided ``result``."""
         stats = self.stats
         stats.cycles += 1
         stats.last_cycle_ms = ms

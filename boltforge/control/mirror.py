@@ -21,7 +21,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import event, inspect, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -92,12 +92,22 @@ class LiveReplica:
     memory_gb: float = 0.0
     state: str = "waiting"
     stop_requested_at: float | None = None
-    grace_s: float = 30.0
-    port: int | None = None
     spec: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def grace_s(self) -> float:
+        """Seconds between the checkpoint signal and the kill."""
+        return float(self.spec.get("grace_s", 30.0))
+
+    @property
+    def port(self) -> int | None:
+        """The rendezvous port the replica's gang uses (None: none)."""
+        port = (self.spec.get("env") or {}).get("MASTER_PORT")
+        return int(port) if port is not None else None
 
 
 Live = LiveNode | LiveJob | LiveReplica
+R = TypeVar("R", LiveNode, LiveJob, LiveReplica)
 _FIELDS = {cls: tuple(f.name for f in fields(cls)) for cls in (LiveNode, LiveJob, LiveReplica)}
 _TABLES: dict[type, type[Live]] = {NodeRow: LiveNode, JobRow: LiveJob, ReplicaRow: LiveReplica}
 _RELEVANT = {
@@ -154,9 +164,9 @@ class Mirror:
         with self._lock:
             self.nodes = {n.name: _node(n) for n in s.scalars(select(NodeRow))}
             jobs = s.scalars(select(JobRow).where(JobRow.state.in_(LIVE)))
-            self.jobs = {j.id: _make(LiveJob, _values(j)) for j in jobs}  # type: ignore[misc]
+            self.jobs = {j.id: _make(LiveJob, _values(j)) for j in jobs}
             reps = s.scalars(select(ReplicaRow).where(ReplicaRow.state.in_(HELD)))
-            self.replicas = {r.id: _replica(_values(r)) for r in reps}
+            self.replicas = {r.id: _make(LiveReplica, _values(r)) for r in reps}
             self.on_node = {}
             for r in self.replicas.values():
                 self.on_node.setdefault(r.node, set()).add(r.id)
@@ -175,7 +185,7 @@ class Mirror:
         with self._lock:
             for values in rows:
                 if values.get("state") in LIVE:
-                    self.jobs[values["id"]] = _make(LiveJob, values)  # type: ignore[assignment]
+                    self.jobs[values["id"]] = _make(LiveJob, values)
 
     def _committed(self, s: Session) -> None:
         staged = s.info.pop(CHANGES, None)
@@ -203,8 +213,8 @@ class Mirror:
                 self.fleet_version += 1
             return
         new = _merged(LiveNode, old, values)
-        self.nodes[key] = new  # type: ignore[assignment]
-        if old is None or old.inventory != new.inventory:  # type: ignore[union-attr]
+        self.nodes[key] = new
+        if old is None or old.inventory != new.inventory:
             self.fleet_version += 1
         if old is None or _differs(old, new, _RELEVANT[LiveNode]):
             self.version += 1
@@ -219,7 +229,7 @@ class Mirror:
             if self.jobs.pop(key, None) is not None and old is not None:
                 self.version += int(old.state not in WAITING)
             return
-        self.jobs[key] = new  # type: ignore[assignment]
+        self.jobs[key] = new
         if old is None:
             self.version += int(state not in WAITING)
         elif not _same_class(old.state, state) or _differs(old, new, _RELEVANT[LiveJob]):
@@ -229,7 +239,7 @@ class Mirror:
         old = self.replicas.get(key)
         if old is None and "state" not in values:
             return  # a partial change of a replica that holds no GPUs
-        new = _replica({**({} if old is None else _values_of(old)), **values})
+        new = _merged(LiveReplica, old, values)
         if old is not None:
             self.on_node.get(old.node, set()).discard(key)
         if deleted or new.state not in HELD:
@@ -283,15 +293,11 @@ def _values(obj: Any) -> dict[str, Any]:
     return out
 
 
-def _values_of(rec: Live) -> dict[str, Any]:
-    return {k: getattr(rec, k) for k in _FIELDS[type(rec)]}
-
-
-def _make(cls: type[Live], values: Mapping[str, Any]) -> Live:
+def _make(cls: type[R], values: Mapping[str, Any]) -> R:
     return cls(**{k: values[k] for k in _FIELDS[cls] if k in values and values[k] is not None})
 
 
-def _merged(cls: type[Live], old: Live | None, values: dict[str, Any]) -> Live:
+def _merged(cls: type[R], old: R | None, values: dict[str, Any]) -> R:
     if old is None:
         return _make(cls, values)
     new = copy.copy(old)
@@ -302,18 +308,7 @@ def _merged(cls: type[Live], old: Live | None, values: dict[str, Any]) -> Live:
 
 
 def _node(row: NodeRow) -> LiveNode:
-    return _make(LiveNode, _values(row))  # type: ignore[return-value]
-
-
-def _replica(values: dict[str, Any]) -> LiveReplica:
-    """A replica record; ``grace_s`` and the rendezvous ``port`` come from its spec."""
-    spec = values.get("spec")
-    if isinstance(spec, dict):
-        values = dict(values)
-        values["grace_s"] = float(spec.get("grace_s", 30.0))
-        port = (spec.get("env") or {}).get("MASTER_PORT")
-        values["port"] = int(port) if port is not None else None
-    return _make(LiveReplica, values)  # type: ignore[return-value]
+    return _make(LiveNode, _values(row))
 
 
 def _same_class(a: str, b: str) -> bool:

@@ -51,7 +51,7 @@ class Caches:
 
     fleets: dict[tuple[object, ...], Fleet] = field(default_factory=dict)
     jobs: dict[str, Job | None] = field(default_factory=dict)
-    routing: tuple[float, RoutingFacts] | None = None
+    routing: tuple[float, RoutingFacts | None] | None = None
     inventories: dict[str, tuple[object, Inventory]] = field(default_factory=dict)
 
 
@@ -124,6 +124,7 @@ def _build(
     caches.fleets.clear()
     caches.fleets[key] = fleet
     caches.jobs.clear()
+    caches.routing = None  # the rates are the new fleet's to read
     return fleet
 
 
@@ -133,13 +134,12 @@ def load_world(
     caches: Caches,
     waiting: Iterable[str] | None = None,
     hold_s: float = RECOVERY_HOLD_S,
-    s: Session | None = None,
 ) -> World:
     """The mirror as a ``World`` for one pass at time ``now``: every job holding GPUs, the
     GPUs held for waiting jobs' restarts after a host failure (for ``hold_s`` seconds), and
     the waiting jobs (only those named in ``waiting`` when given, for incremental passes,
-    which do not need the whole queue). Reads memory only, but for the interruption rates
-    of cost-aware routing, re-read from ``s`` every ``ROUTING_REFRESH_S`` when given."""
+    which do not need the whole queue). Reads memory only: the interruption rates of
+    cost-aware routing are the ones ``refresh_routing`` last read."""
     fleet = fleet_of(mirror, caches)
     with mirror.reading():
         nodes = dict(mirror.nodes)
@@ -161,7 +161,7 @@ def load_world(
     if waiting is None:
         kept = set(rows)
         caches.jobs = {k: v for k, v in caches.jobs.items() if k in kept}
-    routing = _routing(s, fleet, now, caches)
+    routing = _routing(fleet, caches)
     world = World(fleet, state, nodes, rows, [], [], by_job, {}, now, routing)
     world.ports = {r.port for reps in by_job.values() for r in reps if r.port is not None}
     recovering = [r for r in rows.values() if r.state in WAITING and r.recovery_hold is not None]
@@ -243,15 +243,12 @@ def _recovery_holds(world: World, rows: list[LiveJob], hold_s: float) -> set[tup
     return claimed
 
 
-def _routing(s: Session | None, fleet: Fleet, now: float, caches: Caches) -> RoutingFacts | None:
-    """Observed interruption rates for cost-aware routing (``control/interruptions.py``),
-    re-read from ``s`` when given every ``ROUTING_REFRESH_S``; None when the fleet has no
-    priced choice to make."""
-    if not _priced(fleet):
+def _routing(fleet: Fleet, caches: Caches) -> RoutingFacts | None:
+    """Observed interruption rates for cost-aware routing (``control/interruptions.py``), as
+    last read by ``refresh_routing``; None when the fleet has no priced choice to make."""
+    if not _priced(fleet) or caches.routing is None:
         return None
-    if s is not None and routing_stale(caches, now):
-        refresh_routing(s, fleet, now, caches)
-    return caches.routing[1] if caches.routing is not None else None
+    return caches.routing[1]
 
 
 def routing_stale(caches: Caches, now: float) -> bool:
@@ -260,11 +257,13 @@ def routing_stale(caches: Caches, now: float) -> bool:
 
 
 def refresh_routing(s: Session, fleet: Fleet, now: float, caches: Caches) -> None:
-    """Read the interruption rates for ``fleet`` from the store into ``caches`` (nothing to
-    read when the fleet has no priced choice)."""
+    """Read the interruption rates for ``fleet`` from the store into ``caches`` (none to
+    read when the fleet has no priced choice; the time of the look is kept either way)."""
+    facts = None
     if _priced(fleet):
         nodes = {n.name: n for n in s.scalars(select(NodeRow))}
-        caches.routing = (now, routing_facts(s, fleet.tree, nodes, now))
+        facts = routing_facts(s, fleet.tree, nodes, now)
+    caches.routing = (now, facts)
 
 
 def _priced(fleet: Fleet) -> bool:
