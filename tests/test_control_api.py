@@ -13,6 +13,7 @@ from control_kit import ADMIN, Fleet, make_spec
 
 from boltforge.control.db import Database
 from boltforge.control.models import Base
+from boltforge.wire.jobs import SubmitReply
 
 
 @pytest.fixture
@@ -169,3 +170,30 @@ def test_input_with_a_lone_surrogate_is_refused_naming_it_not_a_server_error(
     assert r.status_code == 422
     [problem] = r.json()["problems"]
     assert problem["field"] == "job.name" and problem["value"] == "a\ud800"
+
+
+def test_a_method_a_path_lacks_is_refused_with_every_method_it_has(fleet: Fleet) -> None:
+    r = fleet.http.put("/v1/jobs", headers=ADMIN)
+    assert r.status_code == 405
+    assert r.headers["allow"] == "GET, POST"
+    assert r.json()["error"] == "Method Not Allowed"
+
+
+def test_an_overlong_idempotency_key_header_is_named_and_nothing_is_stored(fleet: Fleet) -> None:
+    headers = {**ADMIN, "Idempotency-Key": "k" * 201}
+    r = fleet.http.post("/v1/jobs", json={"spec": make_spec("x", 8)}, headers=headers)
+    assert r.status_code == 422, r.text
+    [p] = r.json()["problems"]
+    assert p["field"] == "header.Idempotency-Key"
+    assert "To fix" in p["message"]
+    assert fleet.http.get("/v1/jobs", headers=ADMIN).json()["jobs"] == []
+
+
+def test_submit_replies_and_its_schema_say_the_same(fleet: Fleet) -> None:
+    r = fleet.post("/v1/jobs", {"spec": make_spec("x", 8)})
+    assert r.status_code == 201 and r.headers["content-type"] == "application/json"
+    SubmitReply.model_validate(r.json())
+    operation = fleet.http.get("/openapi.json").json()["paths"]["/v1/jobs"]["post"]
+    schema = operation["responses"]["201"]["content"]["application/json"]["schema"]
+    assert schema == {"$ref": "#/components/schemas/SubmitReply"}
+    assert {"name": "Idempotency-Key", "in": "header"}.items() <= operation["parameters"][0].items()

@@ -5,22 +5,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from fastapi.middleware.gzip import GZipMiddleware
+from fastapi.telemetry import TelemetryConfig
 
 from boltforge import __version__
 from boltforge import console as web
 from boltforge.control import metrics
 from boltforge.control.api import admin, agents, console, cost, errors, jobs, nodes, stream
-from boltforge.control.api.methods import AllowHeader
+from boltforge.control.api.headers import AskedGZip
 from boltforge.control.api.overload import install as install_overload
 from boltforge.control.runtime import Runtime, ServerConfig
 
 log = logging.getLogger(__name__)
+NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
 GZIP_MIN_BYTES = 4096  # replies larger than this are compressed for clients that accept it
 
 
@@ -54,11 +56,11 @@ def create_app(config: ServerConfig, clock: Callable[[], float] = time.time) -> 
         version=__version__,
         description="GPU cluster scheduler: jobs, nodes and the agent protocol.",
         lifespan=lifespan,
+        telemetry=None if _otel_configured() else NO_TELEMETRY,
     )
     app.state.runtime = rt
     errors.install(app)
-    app.add_middleware(AllowHeader, app=app)
-    app.add_middleware(GZipMiddleware, minimum_size=GZIP_MIN_BYTES)  # not event streams
+    app.add_middleware(AskedGZip, minimum_size=GZIP_MIN_BYTES)  # not event streams
     install_overload(app, rt)  # outermost: sheds a flood before anything is read
     for module in (jobs, agents, nodes, admin, cost, console, stream):
         app.include_router(module.router)
@@ -70,6 +72,13 @@ def create_app(config: ServerConfig, clock: Callable[[], float] = time.time) -> 
         return {"status": "ok"}
 
     return app
+
+
+def _otel_configured() -> bool:
+    """Whether the environment configures OpenTelemetry (any ``OTEL_`` variable, as
+    ``opentelemetry-instrument`` and the SDK read them). Without it FastAPI's own spans and
+    metrics would go nowhere, yet it would look for a configured provider on every request."""
+    return any(name.startswith("OTEL_") for name in os.environ)
 
 
 async def _sample(rt: Runtime) -> None:

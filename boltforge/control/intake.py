@@ -11,11 +11,11 @@ same moment), each of its orders is written on its own so only the offender fail
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
-from collections.abc import Callable
-from concurrent.futures import Future
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -34,6 +34,9 @@ log = logging.getLogger("boltforge.intake")
 MAX_GROUP = 256
 
 
+Rows = list[dict[str, Any]]
+
+
 @dataclass
 class Order:
     """One validated submission, and where its written rows go. ``warnings`` (a team past
@@ -46,15 +49,14 @@ class Order:
     at: float
     key: str | None
     warnings: tuple[str, ...] = ()
-    done: Future[list[dict[str, Any]]] = field(default_factory=Future)
+    done: asyncio.Future[Rows] | None = field(default=None, repr=False)
 
 
 class Intake:
-    """The single writer of new jobs (a thread); ``write`` blocks until its order is stored."""
+    """The single writer of new jobs (a thread); ``write_async`` waits until its order is
+    stored."""
 
-    def __init__(
-        self, db: Database, stored: Callable[[list[dict[str, Any]]], None] | None = None
-    ) -> None:
+    def __init__(self, db: Database, stored: Callable[[Rows], None] | None = None) -> None:
         """``stored`` is told every job row written, as column values, once committed."""
         self.db = db
         self._stored = stored
@@ -62,16 +64,12 @@ class Intake:
         self._thread = threading.Thread(target=self._run, name="intake", daemon=True)
         self._thread.start()
 
-    def write(self, order: Order) -> list[dict[str, Any]]:
+    async def write_async(self, order: Order) -> Rows:
         """Store ``order``; return its ``jobs`` rows as column values (raises what storing
-        it raised)."""
+        it raised). Waits on the event loop, holding no worker thread."""
+        order.done = asyncio.get_running_loop().create_future()
         self._orders.put(order)
-        return order.done.result()
-
-    async def write_async(self, order: Order) -> list[dict[str, Any]]:
-        """``write`` for coroutines: waits without holding a worker thread."""
-        self._orders.put(order)
-        return await asyncio.wrap_future(order.done)
+        return await order.done
 
     def close(self) -> None:
         self._orders.put(None)
@@ -103,22 +101,42 @@ class Intake:
                 for order in group:
                     self._store([order])
                 return
-            group[0].done.set_exception(IntegrityError("idempotency key", None, Exception()))
+            _settle(group, [IntegrityError("idempotency key", None, Exception())])
             return
         except Exception as e:  # hand any failure to the waiting request
             log.exception("storing %d submission(s) failed", len(group))
-            for order in group:
-                order.done.set_exception(e)
+            _settle(group, [e] * len(group))
             return
         if self._stored is not None:
             self._stored([r for rows in results for r in rows])
-        for order, rows in zip(group, results, strict=True):
-            order.done.set_result(rows)
+        _settle(group, results)
 
 
-def _insert(s: Session, group: list[Order]) -> list[list[dict[str, Any]]]:
+def _settle(group: list[Order], outcomes: Sequence[Rows | Exception]) -> None:
+    """Hand each order its rows (or its failure), with one wake-up per event loop for the
+    whole group rather than one per order."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Rows], Any]]] = {}
+    for order, outcome in zip(group, outcomes, strict=True):
+        if order.done is not None:
+            by_loop.setdefault(order.done.get_loop(), []).append((order.done, outcome))
+    for loop, items in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # that loop has closed: nobody waits
+            loop.call_soon_threadsafe(_resolve, items)
+
+
+def _resolve(items: list[tuple[asyncio.Future[Rows], Any]]) -> None:
+    for done, outcome in items:
+        if done.done():  # the request was cancelled (its client went away)
+            continue
+        if isinstance(outcome, Exception):
+            done.set_exception(outcome)
+        else:
+            done.set_result(outcome)
+
+
+def _insert(s: Session, group: list[Order]) -> list[Rows]:
     numbers = next_numbers(s, len(group))
-    jobs: list[list[dict[str, Any]]] = []
+    jobs: list[Rows] = []
     events: list[dict[str, Any]] = []
     audits: list[dict[str, Any]] = []
     for num, o in zip(numbers, group, strict=True):

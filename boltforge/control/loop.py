@@ -379,13 +379,17 @@ class Scheduler:
         blocked = False
         reserved = {r.job for r in self.reservations}
         todo = [j for j in job_ids if j not in reserved]  # a full pass gave them a start
+        waits: list[Waiting] = []  # written together, in one statement, at the end
         with self.db.session() as s:
             world = self._world_for(s, now, todo)
             for job in list(world.pending):
                 started = time.perf_counter()
                 world.pending = [j for j in world.pending if j.id != job.id]
                 result = self._arrival(s, world, job, now)
-                touched |= self._persist(s, world, result)
+                if result.binds or result.evictions:
+                    touched |= self._persist(s, world, result)
+                else:
+                    waits += result.waiting
                 self._timed(started, result)
                 blocked = blocked or (bool(result.waiting) and not result.binds)
                 if result.evictions:
@@ -397,6 +401,7 @@ class Scheduler:
                         self.poke()
                     break
                 self._bound(world, job, result, now)
+            touched |= self._persist(s, world, CycleResult(waiting=tuple(waits)))
         if self._world is not None:
             self._world_version = self.mirror.version  # its own binds are in it already
         if blocked and not self.reservations and reservation_depth(self.policy) > 0:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -15,30 +18,41 @@ from boltforge.wire.jobs import EventOut, JobDetail, JobSummary, NodeOut, Replic
 
 def summary(job: JobRow, nodes: list[str] | None = None) -> JobSummary:
     """A ``bolt queue`` row for ``job``; ``nodes`` are where its current replicas sit."""
+    return _summary(lambda name: getattr(job, name), nodes or [])
+
+
+def stored_summary(values: Mapping[str, Any]) -> JobSummary:
+    """The row of a job just stored from ``values`` (its columns, as the intake wrote
+    them), without building an ORM object for it."""
+    return _summary(values.get, [])
+
+
+def _summary(column: Callable[[str], Any], nodes: list[str]) -> JobSummary:
+    priority = column("priority")
     return JobSummary(
-        id=job.id,
-        name=job.name,
-        team=job.team,
-        project=job.project,
-        user=job.user,
-        priority=job.priority,
-        priority_name=PRIORITY_NAMES.get(job.priority, str(job.priority)),
-        state=job.state,
-        gpus=job.gpus,
-        replicas=job.replicas,
-        submitted_at=job.submitted_at,
-        started_at=job.started_at,
-        finished_at=job.finished_at,
-        position=job.position,
-        reason=job.reason,
-        estimated_start=job.estimated_start,
-        nodes=hostlist(nodes or []),
-        array=job.array_spec,
-        array_task=job.array_index,
-        preemptions=job.preemptions,
-        restarts=job.restarts,
-        exit_code=job.exit_code,
-        last_step=job.last_step,
+        id=column("id"),
+        name=column("name"),
+        team=column("team"),
+        project=column("project"),
+        user=column("user"),
+        priority=priority,
+        priority_name=PRIORITY_NAMES.get(priority, str(priority)),
+        state=column("state"),
+        gpus=column("gpus"),
+        replicas=column("replicas"),
+        submitted_at=column("submitted_at"),
+        started_at=column("started_at"),
+        finished_at=column("finished_at"),
+        position=column("position"),
+        reason=column("reason") or "",
+        estimated_start=column("estimated_start"),
+        nodes=hostlist(nodes),
+        array=column("array_spec"),
+        array_task=column("array_index"),
+        preemptions=column("preemptions") or 0,
+        restarts=column("restarts") or 0,
+        exit_code=column("exit_code"),
+        last_step=column("last_step"),
     )
 
 

@@ -1,7 +1,9 @@
 """Request plumbing: the server's runtime, the authenticated caller, and role checks.
 
-The dependencies are coroutines so FastAPI runs them on the event loop rather than handing
-each to a worker thread; the one that may read the store does so in a thread.
+Each is one flat dependency that reads the request itself (no sub-dependencies to solve per
+request: that bookkeeping costs more than the check). They are coroutines so FastAPI runs
+them on the event loop rather than handing each to a worker thread; a token not seen before
+is looked up in the store in a thread.
 """
 
 from __future__ import annotations
@@ -9,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Annotated
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
 
 from boltforge.control.api.errors import ApiError
+from boltforge.control.api.headers import header
 from boltforge.control.auth import Caller
 from boltforge.control.runtime import Runtime
 
@@ -22,30 +25,30 @@ async def runtime(request: Request) -> Runtime:
     return rt
 
 
-async def caller(
-    request: Request,
-    rt: Annotated[Runtime, Depends(runtime)],
-    authorization: Annotated[str | None, Header()] = None,
-) -> Caller:
+async def caller(request: Request) -> Caller:
     """The caller named by ``Authorization: Bearer <token>``, or 401."""
-    scheme, _, token = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    rt: Runtime = request.app.state.runtime
+    scheme, _, token = (header(request.scope, b"authorization") or "").partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
         raise ApiError(
             401,
             "no API token. To fix: send `Authorization: Bearer <token>` "
             "(bolt reads it from BOLT_TOKEN)",
         )
-    found = rt.known_caller(token.strip()) or await run_in_threadpool(rt.caller, token.strip())
+    found = rt.known_caller(token) or await run_in_threadpool(rt.caller, token)
     if found is None:
         raise ApiError(401, "unknown API token. To fix: ask an admin for a token")
     source = request.client.host if request.client else ""
     return Caller(found.name, found.role, found.team, source)
 
 
-def role(*allowed: str) -> Callable[[Caller], Awaitable[Caller]]:
-    """A dependency that lets only ``allowed`` roles through (403 otherwise)."""
+def role(*allowed: str) -> Callable[[Request], Awaitable[Caller]]:
+    """A dependency that lets only callers with ``allowed`` roles through (401 without a
+    known token, 403 with another role)."""
 
-    async def check(who: Annotated[Caller, Depends(caller)]) -> Caller:
+    async def check(request: Request) -> Caller:
+        who = await caller(request)
         if who.role not in allowed:
             raise ApiError(
                 403,
@@ -57,8 +60,9 @@ def role(*allowed: str) -> Callable[[Caller], Awaitable[Caller]]:
     return check
 
 
+actor = role("admin", "member")  # called directly where a route takes no dependencies
 People = Annotated[Caller, Depends(role("admin", "member", "viewer"))]
-Actors = Annotated[Caller, Depends(role("admin", "member"))]
+Actors = Annotated[Caller, Depends(actor)]
 Admins = Annotated[Caller, Depends(role("admin"))]
 Agents = Annotated[Caller, Depends(role("admin", "agent"))]
 Rt = Annotated[Runtime, Depends(runtime)]

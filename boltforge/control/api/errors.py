@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from boltforge.control.api.methods import allowed
 from boltforge.spec.errors import SpecError, _Missing
 from boltforge.wire.jobs import ErrorReply, Problem
 
@@ -65,8 +66,11 @@ def install(app: FastAPI) -> None:
         return _reply(422, f"invalid request: {len(problems)} problem(s)", problems)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
-        return _reply(e.status_code, str(e.detail), [], e.headers)
+    async def _http(request: Request, e: StarletteHTTPException) -> JSONResponse:
+        headers = dict(e.headers or {})
+        if e.status_code == 405:
+            headers["Allow"] = allowed(app.router.routes, request.scope)
+        return _reply(e.status_code, str(e.detail), [], headers)
 
 
 class AsciiJSONResponse(JSONResponse):

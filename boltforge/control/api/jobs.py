@@ -5,15 +5,16 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from boltforge.control import budgets
-from boltforge.control.api.deps import Actors, People, Rt
+from boltforge.control.api.deps import Actors, People, Rt, actor
 from boltforge.control.api.errors import ERRORS, ApiError
+from boltforge.control.api.headers import header
 from boltforge.control.audit import audit
 from boltforge.control.auth import Caller
 from boltforge.control.budgets import Admission
@@ -23,7 +24,7 @@ from boltforge.control.lifecycle import LIVE
 from boltforge.control.models import HELD, EventRow, JobRow, LogRow, ReplicaRow
 from boltforge.control.runtime import Runtime
 from boltforge.control.submit import check_fit, find_by_key, parse_request
-from boltforge.control.views import detail, event_out, summary
+from boltforge.control.views import detail, event_out, stored_summary, summary
 from boltforge.spec.job import JobSpec
 from boltforge.spec.teams import Budget
 from boltforge.wire.jobs import (
@@ -33,6 +34,7 @@ from boltforge.wire.jobs import (
     JobList,
     JobSummary,
     LogPage,
+    Problem,
     SubmitReply,
     SubmitRequest,
     TeamLoad,
@@ -40,25 +42,36 @@ from boltforge.wire.jobs import (
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=ERRORS)
 MAX_WAIT_S = 60.0
+MAX_KEY = 200  # characters in an idempotency key
 
 
-@router.post("", status_code=201)
-async def submit(
-    req: SubmitRequest,
-    who: Actors,
-    rt: Rt,
-    response: Response,
-    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
-) -> SubmitReply:
+KEY_HEADER = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string", "maxLength": MAX_KEY},
+    "description": "A retry with the same key returns the first job (200) instead of a new one.",
+}
+
+
+@router.post(
+    "", status_code=201, response_model=SubmitReply, openapi_extra={"parameters": [KEY_HEADER]}
+)
+async def submit(req: SubmitRequest, request: Request) -> Response:
     """Validate and queue a job (or an array job). Bad input: 422 naming each field and its
-    fix, and nothing is stored. A repeated idempotency key returns the first job (200).
-    Validation runs on the event loop (it is quick and reads no store); the writer thread
-    stores the job."""
-    key = req.idempotency_key or idempotency_key
+    fix, and nothing is stored. A repeated idempotency key (the body's ``idempotency_key``
+    or the ``Idempotency-Key`` header) returns the first job (200). Validation runs on the
+    event loop (it is quick and reads no store); the writer thread stores the job.
+
+    The busiest route: it checks its caller itself rather than through a dependency, whose
+    per-request bookkeeping in FastAPI costs more than the check."""
+    who = await actor(request)
+    rt: Runtime = request.app.state.runtime
+    key = req.idempotency_key or _key_header(request)
     if key:
-        again = await run_in_threadpool(_existing, rt, key, who, response)
+        again = await run_in_threadpool(_existing, rt, key, who)
         if again is not None:
-            return again
+            return _reply(again, 200)
     spec, tasks = parse_request(req)
     if not who.acts_for_team(spec.team):
         raise ApiError(
@@ -73,21 +86,33 @@ async def submit(
     try:
         rows = await rt.intake.write_async(order)
     except IntegrityError:
-        again = await run_in_threadpool(_existing, rt, key, who, response) if key else None
+        again = await run_in_threadpool(_existing, rt, key, who) if key else None
         if again is None:
             raise
-        return again
-    reply = SubmitReply(
-        job=summary(JobRow(**rows[0])),
-        tasks=[r["id"] for r in rows] if tasks else [],
-        warnings=warnings,
-    )
+        return _reply(again, 200)
     if tasks:
         rt.scheduler.wake()
     else:
-        rt.scheduler.wake(arrival=reply.job.id)
+        rt.scheduler.wake(arrival=rows[0]["id"])
     rt.notifier.notify(["jobs", *(f"job:{r['id']}" for r in rows)])
-    return reply
+    tasks_ids = [r["id"] for r in rows] if tasks else []
+    reply = SubmitReply(job=stored_summary(rows[0]), tasks=tasks_ids, warnings=warnings)
+    return _reply(reply, 201)
+
+
+def _key_header(request: Request) -> str | None:
+    """The ``Idempotency-Key`` header; 422 naming it when it is too long."""
+    key = header(request.scope, b"idempotency-key")
+    if key is not None and len(key) > MAX_KEY:
+        fix = f"is longer than {MAX_KEY} characters. To fix: send a shorter key"
+        problem = Problem(field="header.Idempotency-Key", value=key[:40] + "...", message=fix)
+        raise ApiError(422, "invalid request: 1 problem(s)", [problem])
+    return key
+
+
+def _reply(reply: SubmitReply, status: int) -> Response:
+    """``reply`` as JSON, serialized once (FastAPI's response model pass is skipped)."""
+    return Response(reply.model_dump_json(), status, media_type="application/json")
 
 
 async def _budget_warnings(rt: Runtime, spec: JobSpec) -> list[str]:
@@ -107,7 +132,7 @@ def _admission(rt: Runtime, spec: JobSpec, budget: Budget) -> Admission:
         return budgets.check(s, spec.team, spec.priority_class, budget, rt.clock())
 
 
-def _existing(rt: Runtime, key: str, who: Caller, response: Response) -> SubmitReply | None:
+def _existing(rt: Runtime, key: str, who: Caller) -> SubmitReply | None:
     with rt.db.session() as s:
         row = find_by_key(s, key)
         if row is None:
@@ -120,7 +145,6 @@ def _existing(rt: Runtime, key: str, who: Caller, response: Response) -> SubmitR
         if row.array_id:
             q = select(JobRow.id).where(JobRow.array_id == row.array_id).order_by(JobRow.num)
             tasks = list(s.scalars(q))
-    response.status_code = 200
     return SubmitReply(job=summary(row), tasks=tasks, created=False)
 
 

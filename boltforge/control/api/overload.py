@@ -39,6 +39,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from boltforge.control.api.headers import raw_header
+
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
@@ -114,7 +116,7 @@ class Limiter:
         path: str = scope["path"]
         if path in EXEMPT or _long_poll(scope):
             return None
-        auth = _header(scope, b"authorization")
+        auth = raw_header(scope, b"authorization")
         if path.startswith(AGENTS) and auth is not None and self._is_agent(auth):
             return self._admit_agent(_node_of(path))
         return self._admit_person(_caller_key(auth, scope), auth is not None)
@@ -275,13 +277,6 @@ def _bucket_size(lim: Limits) -> float:
 
 def _full(count: int, limit: int) -> bool:
     return limit > 0 and count >= limit
-
-
-def _header(scope: Scope, name: bytes) -> bytes | None:
-    for key, value in scope["headers"]:
-        if key == name:
-            return bytes(value)
-    return None
 
 
 def _caller_key(auth: bytes | None, scope: Scope) -> bytes:
