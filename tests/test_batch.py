@@ -81,3 +81,30 @@ def test_a_failing_change_leaves_nothing_and_its_neighbours_land(db: Database) -
     finally:
         writer.close()
     assert names(db) == {"g0", "g1", "g2"}
+
+
+def test_the_rows_a_group_reads_are_read_once_for_the_whole_group(db: Database) -> None:
+    gate = threading.Lock()
+    warmed: list[set[str]] = []
+
+    def warm(s: Session, keys: set[str]) -> None:
+        warmed.append(set(keys))
+        s.info["warm"] = keys
+
+    def reader(key: str) -> Callable[[Session], bool]:
+        return lambda s: key in s.info["warm"]
+
+    writer = Batcher(db, gate, "test-writes", warm)
+    try:
+        with ThreadPoolExecutor(3) as pool:
+            with gate:
+                seen = [
+                    pool.submit(writer.write, reader(k), frozenset({k, "shared"})) for k in "abc"
+                ]
+                queued(writer, 3)
+            assert [f.result() for f in seen] == [True, True, True]
+    finally:
+        writer.close()
+    assert set().union(*warmed) == {"a", "b", "c", "shared"}
+    assert len(warmed) == writer.groups < 3  # one read per group, not per change
+    assert all("shared" in keys for keys in warmed)

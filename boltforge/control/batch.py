@@ -12,7 +12,10 @@ the caller gets its own result or its own error.
 
 Changes must be functions of the session and their arguments only (they may run twice when
 a neighbour fails); what they return is handed back after the commit, so the caller wakes
-nodes and the loop only for what is stored.
+nodes and the loop only for what is stored. A change may name the rows it will read
+(``reads``); the batcher's ``warm`` function reads those of the whole group in a few
+statements before any change runs, so a storm of reports costs a few queries per group
+rather than a few per report.
 """
 
 from __future__ import annotations
@@ -41,14 +44,24 @@ class Change(Generic[T]):
     """One change and where its result goes."""
 
     apply: Callable[[Session], T]
+    reads: frozenset[str] = frozenset()
     done: Future[T] = field(default_factory=Future)
 
 
 class Batcher:
-    """The group-commit writer (a thread). ``lock`` is held while a group is applied."""
+    """The group-commit writer (a thread). ``lock`` is held while a group is applied.
+    ``warm(s, reads)``, if given, is called in the group's transaction, before its changes
+    run, with every key the group's changes read; what it loads must stay valid for the
+    whole transaction (the session's identity map holds the rows it keeps)."""
 
-    def __init__(self, db: Database, lock: AbstractContextManager[Any], name: str) -> None:
-        self.db, self.lock = db, lock
+    def __init__(
+        self,
+        db: Database,
+        lock: AbstractContextManager[Any],
+        name: str,
+        warm: Callable[[Session, set[str]], None] | None = None,
+    ) -> None:
+        self.db, self.lock, self.warm = db, lock, warm
         self._changes: queue.Queue[Change[Any] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -56,15 +69,19 @@ class Batcher:
         self.changes = 0
         self._taken = 0  # changes taken into the group being applied
 
-    def write(self, apply: Callable[[Session], T]) -> T:
-        """Apply ``apply`` in a group and return its result (or raise its error)."""
-        change = Change(apply)
+    def write(self, apply: Callable[[Session], T], reads: frozenset[str] = frozenset()) -> T:
+        """Apply ``apply`` in a group and return its result (or raise its error); ``reads``
+        are the keys it will read (see ``warm``)."""
+        change = Change(apply, reads)
         self._changes.put(change)
         return change.done.result()
 
-    async def write_async(self, apply: Callable[[Session], T]) -> T:
-        """``write`` for coroutines: waits without holding a worker thread."""
-        change = Change(apply)
+    async def write_async(
+        self, apply: Callable[[Session], T], reads: frozenset[str] = frozenset()
+    ) -> T:
+        """``write`` for coroutines: waits without holding a worker thread. ``reads`` are
+        the keys ``apply`` will read (see ``warm``)."""
+        change = Change(apply, reads)
         self._changes.put(change)
         return await asyncio.wrap_future(change.done)
 
@@ -99,6 +116,9 @@ class Batcher:
     def _apply(self, group: list[Change[Any]]) -> None:
         try:
             with self.lock, self.db.session() as s:
+                reads = set().union(*(c.reads for c in group))
+                if reads and self.warm is not None:
+                    self.warm(s, reads)
                 results = [c.apply(s) for c in group]
         except Exception as e:
             if len(group) == 1:

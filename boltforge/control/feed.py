@@ -61,7 +61,12 @@ class Feed:
             spot.settle(s, touched.jobs | {p.job for p in body.progress if p.checkpoint})
             return refused, touched
 
-        refused, touched = await self.writes.write_async(change)
+        reads = frozenset(
+            [e.replica for e in body.events]
+            + [c.replica for c in body.logs]
+            + [p.replica for p in body.progress]
+        )
+        refused, touched = await self.writes.write_async(change, reads)
         if body.events:
             self.scheduler.announce(touched)
         if any(ev.kind != "started" for ev in body.events):

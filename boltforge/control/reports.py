@@ -27,6 +27,23 @@ from boltforge.wire.agent import LogChunk, Progress, ReplicaEvent
 
 STEP_WINDOW = 50
 CHECKPOINT_EVENT_GAP_S = 60.0
+AHEAD = "bolt.reports.ahead"  # Session.info key: the rows ``read_ahead`` keeps
+
+
+def read_ahead(s: Session, replica_ids: set[str]) -> None:
+    """Read the replicas a group of reports names, their jobs, and each job's current
+    epoch, in three statements, and keep them for the transaction: ``s.get`` then finds
+    them in the session's identity map and ``_epoch`` here. Reports create no replicas, so
+    an epoch read here stays whole for the transaction (a job that moves to a new epoch is
+    read again)."""
+    reps = list(s.scalars(select(ReplicaRow).where(ReplicaRow.id.in_(replica_ids))))
+    jobs = list(s.scalars(select(JobRow).where(JobRow.id.in_({r.job_id for r in reps}))))
+    current = {j.id: j.epoch for j in jobs}
+    epochs: dict[str, tuple[int, list[ReplicaRow]]] = {j.id: (j.epoch, []) for j in jobs}
+    for r in s.scalars(select(ReplicaRow).where(ReplicaRow.job_id.in_(current))):
+        if current[r.job_id] == r.epoch:
+            epochs[r.job_id][1].append(r)
+    s.info[AHEAD] = (reps, jobs, epochs)
 
 
 def apply_events(
@@ -159,6 +176,11 @@ def _exit_words(ev: ReplicaEvent) -> str:
 
 
 def _epoch(s: Session, job: JobRow) -> list[ReplicaRow]:
+    """The replicas of ``job``'s current epoch (as ``read_ahead`` kept them, when it did)."""
+    ahead = s.info.get(AHEAD)
+    known = ahead[2].get(job.id) if ahead is not None else None
+    if known is not None and known[0] == job.epoch:
+        return list(known[1])
     q = select(ReplicaRow).where(ReplicaRow.job_id == job.id, ReplicaRow.epoch == job.epoch)
     return list(s.scalars(q))
 

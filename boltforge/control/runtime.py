@@ -22,6 +22,7 @@ from boltforge.control.mirror import Mirror
 from boltforge.control.models import TokenRow
 from boltforge.control.notify import Notifier
 from boltforge.control.quotas import TeamQuotas
+from boltforge.control.reports import read_ahead
 from boltforge.control.utilization import History, fragmentation_index, sample
 from boltforge.control.world import Caches, World, fleet_of, load_world
 from boltforge.core.health import HealthRules
@@ -98,7 +99,7 @@ class Runtime:
             overlap=config.overlap,
         )
         self.intake = Intake(self.db, self.mirror.add_jobs)
-        self.agent_writes = Batcher(self.db, self.scheduler.lock, "agent-writes")
+        self.agent_writes = Batcher(self.db, self.scheduler.lock, "agent-writes", read_ahead)
         self.feed = Feed(self.agent_writes, self.scheduler, config.terms)
         self._tokens: dict[str, Caller] = {}
         self._tokens_lock = threading.Lock()
