@@ -8,6 +8,8 @@ from pathlib import Path
 
 from control_kit import Fleet, make_spec
 
+from boltforge.core.cycle import holdings_of
+
 
 def test_a_start_report_asks_for_no_pass(tmp_path: Path) -> None:
     with Fleet(tmp_path, hosts=2) as fleet:
@@ -39,9 +41,12 @@ def test_arrivals_reuse_the_world_until_something_else_changes_the_holdings(
         stats = fleet.rt.scheduler.stats
         first = fleet.submit(make_spec("a", 8))
         reads = stats.world_reads
-        fleet.submit(make_spec("b", 8))
+        fleet.submit(make_spec("b", 8, team="vision"))
         fleet.submit(make_spec("c", 8))
         assert stats.world_reads == reads  # their own binds were counted in, not re-read
+        world = fleet.rt.scheduler._world
+        assert world is not None and len(world.running) == 3
+        assert world.holdings() == holdings_of(world.fleet.tree, world.running)  # kept up
         fleet.start_everything()
         fleet.finish(first)  # an exit frees GPUs: the next arrival reads the world again
         fleet.submit(make_spec("d", 16))

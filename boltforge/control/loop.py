@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from sqlalchemy.orm import Session
 
 from boltforge.control import failpoints, spot
-from boltforge.control.actuate import Settings, Touched, apply
+from boltforge.control.actuate import Settings, Touched, apply, read_jobs
 from boltforge.control.agents import LeaseTerms, expire
 from boltforge.control.backend import Backend, NativeBackend
 from boltforge.control.db import Database
@@ -48,6 +48,7 @@ from boltforge.control.dispatch import dispatch
 from boltforge.control.health import HealthCheck
 from boltforge.control.lifecycle import WAITING
 from boltforge.control.mirror import Mirror
+from boltforge.control.models import JobRow
 from boltforge.control.notify import Notifier
 from boltforge.control.planning import Plan, still_valid
 from boltforge.control.quotas import TeamQuotas, quota_tree
@@ -382,11 +383,14 @@ class Scheduler:
         waits: list[Waiting] = []  # written together, in one statement, at the end
         with self.db.session() as s:
             world = self._world_for(s, now, todo)
+            kept: list[JobRow] = []  # rows of the arrivals, read at the first bind
             for job in list(world.pending):
                 started = time.perf_counter()
                 world.pending = [j for j in world.pending if j.id != job.id]
                 result = self._arrival(s, world, job, now)
                 if result.binds or result.evictions:
+                    if not kept:  # this arrival's row and those of the ones after it
+                        kept = read_jobs(s, [job.id, *(j.id for j in world.pending)])
                     touched |= self._persist(s, world, result)
                 else:
                     waits += result.waiting
@@ -452,8 +456,7 @@ class Scheduler:
             end = now + job.time_limit if job.time_limit else None
             world.state.allocate(Allocation(b.job, b.placement.grants, end, job.priority))
             held = world.state.allocations[b.job]
-            world.running.append(Running(job, held, now, borrowed=b.borrowed_gpus > 0))
-            world.changes += 1
+            world.add_running(Running(job, held, now, borrowed=b.borrowed_gpus > 0))
 
     def _persist(self, s: Session, world: World, result: CycleResult) -> Touched:
         for ev in result.evictions:

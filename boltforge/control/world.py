@@ -25,7 +25,7 @@ from boltforge.control.interruptions import routing_facts
 from boltforge.control.lifecycle import HOLDING, WAITING
 from boltforge.control.mirror import LiveJob, LiveNode, LiveReplica, Mirror
 from boltforge.control.models import JobRow, NodeRow, RunRow
-from boltforge.core.cycle import Snapshot
+from boltforge.core.cycle import Snapshot, count_holding, holdings_of
 from boltforge.core.quota import QuotaTree, lineage
 from boltforge.core.routing import RoutingFacts
 from boltforge.core.state import Allocation, Conflict, FleetState, Grant
@@ -74,6 +74,22 @@ class World:
     quota: QuotaTree | None = None
     ports: set[int] = field(default_factory=set)
     changes: int = 0  # binds counted in since it was read (incremental passes)
+    held: dict[str, dict[str, int]] | None = field(default=None, repr=False)
+
+    def holdings(self) -> dict[str, dict[str, int]]:
+        """GPUs held per leaf queue and pool by ``running`` (counted once, then kept up to
+        date by ``add_running``)."""
+        if self.held is None:
+            self.held = holdings_of(self.fleet.tree, self.running)
+        return self.held
+
+    def add_running(self, run: Running) -> None:
+        """Count a job bound by an incremental pass as running (its allocation is in
+        ``state`` already)."""
+        self.running.append(run)
+        self.changes += 1
+        if self.held is not None:
+            count_holding(self.held, self.fleet.tree, run)
 
     def snapshot(self, usage: Usage, recent: tuple[tuple[float, int], ...]) -> Snapshot:
         return Snapshot(
@@ -85,6 +101,7 @@ class World:
             recent_preemptions=recent,
             routing=self.routing,
             quota=self.quota,
+            known_held=self.holdings(),
         )
 
 

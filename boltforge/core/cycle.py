@@ -80,20 +80,18 @@ class Snapshot:
     usage: Usage = field(default_factory=Usage)
     recent_preemptions: tuple[tuple[float, int], ...] = ()
     routing: RoutingFacts | None = None
+    known_held: dict[str, dict[str, int]] | None = field(default=None, repr=False, compare=False)
 
     @cached_property
     def held(self) -> dict[str, dict[str, int]]:
-        """GPUs held per leaf queue and pool by the running jobs (computed once; read-only)."""
-        return self.holdings()
+        """GPUs held per leaf queue and pool by the running jobs (computed once; read-only).
+        ``known_held``, when the caller keeps that count itself (one arrival after another
+        on the same world), stands for it: it must equal ``holdings()``."""
+        return self.known_held if self.known_held is not None else self.holdings()
 
     def holdings(self) -> dict[str, dict[str, int]]:
         """GPUs held per leaf queue and pool by the running jobs, as a fresh dict."""
-        out: dict[str, dict[str, int]] = {}
-        for r in self.running:
-            pools = out.setdefault(r.job.queue, {})
-            for pool, gpus in gpus_by_pool(self.state.tree, r.allocation.grants).items():
-                pools[pool] = pools.get(pool, 0) + gpus
-        return out
+        return holdings_of(self.state.tree, self.running)
 
 
 @dataclass
@@ -406,6 +404,21 @@ def _admit(p: _Pass, job: Job, placement: Placement) -> Verdict:
     if p.quota is None:
         return Verdict(True, 0, "")
     return admit(p.quota, p.holdings, job.queue, _demand(p, placement))
+
+
+def holdings_of(tree: TopologyTree, running: Iterable[Running]) -> dict[str, dict[str, int]]:
+    """GPUs held per leaf queue and pool by ``running``."""
+    out: dict[str, dict[str, int]] = {}
+    for r in running:
+        count_holding(out, tree, r)
+    return out
+
+
+def count_holding(held: dict[str, dict[str, int]], tree: TopologyTree, run: Running) -> None:
+    """Add ``run``'s GPUs to ``held`` (per leaf queue and pool), in place."""
+    pools = held.setdefault(run.job.queue, {})
+    for pool, gpus in gpus_by_pool(tree, run.allocation.grants).items():
+        pools[pool] = pools.get(pool, 0) + gpus
 
 
 def gpus_by_pool(tree: TopologyTree, grants: Iterable[Grant]) -> dict[str, int]:
