@@ -12,9 +12,10 @@ from sqlalchemy import Table, bindparam, or_, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.util import identity_key
 
+from boltforge.control import intent
 from boltforge.control.lifecycle import HOLDING, WAITING, record, transition
 from boltforge.control.mirror import stage
-from boltforge.control.models import HELD, JobRow, NodeRow, ReplicaRow, RunRow
+from boltforge.control.models import HELD, JobRow, ReplicaRow, RunRow
 from boltforge.control.world import World
 from boltforge.core.decisions import Bind, CycleResult, Evict, Waiting
 from boltforge.core.explain import describe
@@ -73,22 +74,38 @@ def evict(
 ) -> Touched:
     """Ask a victim's replicas (``reps``, those holding GPUs) to checkpoint and stop (a
     shrink stops it whole: it restarts at the smaller size from its checkpoint)."""
-    touched = Touched(jobs={ev.job})
     if row is None or row.state not in HOLDING:
-        return touched
-    grace = max((float(r.spec.get("grace_s", 30)) for r in reps), default=0.0)
+        return Touched(jobs={ev.job})
     what = "shrink" if ev.shrink_to is not None else "preempted"
-    message = (
-        f"{what} by job {ev.for_job}: checkpointing (grace {grace:.0f} s, "
-        f"{ev.lost_gpu_seconds / 3600:.2f} GPU-h since the last checkpoint)"
-    )
+    lost = f", {ev.lost_gpu_seconds / 3600:.2f} GPU-h since the last checkpoint"
     data = {"for": ev.for_job, "lost_gpu_s": ev.lost_gpu_seconds, "gpus": row.gpus}
-    transition(s, row, "preempting", world.now, message, "preempted", data)
+    return preempt(s, row, reps, world.now, f"{what} by job {ev.for_job}", "preempted", data, lost)
+
+
+def preempt(
+    s: Session,
+    row: JobRow,
+    reps: list[ReplicaRow],
+    now: float,
+    why: str,
+    kind: str,
+    data: dict[str, Any],
+    detail: str = "",
+    after: str = "",
+) -> Touched:
+    """Preempt holding job ``row``: ``reps`` (its replicas holding GPUs) get the checkpoint
+    signal, and the job requeues once they exited (at once, if none had started). Its
+    timeline entry (of ``kind``, with ``data``) reads ``<why>: checkpointing (grace N
+    s<detail>)<after>``."""
+    grace = max((float(r.spec.get("grace_s", 30)) for r in reps), default=0.0)
+    message = f"{why}: checkpointing (grace {grace:.0f} s{detail}){after}"
+    transition(s, row, "preempting", now, message, kind, data)
     row.preemptions += 1
-    row.last_preempted_at = world.now
-    touched |= halt(s, reps, world.now)
+    row.last_preempted_at = now
+    touched = Touched(jobs={row.id})
+    touched |= halt(s, reps, now)
     if not any(r.state == "stopping" for r in reps):
-        finish_stop(s, row, world.now, "requeued", "requeued (it had not started)")
+        finish_stop(s, row, now, "requeued", "requeued (it had not started)")
     return touched
 
 
@@ -128,20 +145,9 @@ def _held(s: Session, job_ids: list[str]) -> dict[str, list[ReplicaRow]]:
 
 
 def halt(s: Session, reps: Iterable[ReplicaRow], now: float) -> Touched:
-    """``stop_replicas`` outside a pass, reading nodes from the store: tell the nodes to stop
-    ``reps`` (the checkpoint signal, then a kill after the grace period); replicas that never
-    started are dropped at once, and ones already stopping are left as they are."""
-    touched = Touched()
-    for r in reps:
-        if r.state == "waiting":
-            r.state, r.exited_at = "exited", now
-        elif r.state in ("starting", "running"):
-            r.state, r.stop_requested_at = "stopping", now
-            node = s.get(NodeRow, r.node)
-            if node is not None:
-                node.desired_version += 1
-            touched.nodes.add(r.node)
-    return touched
+    """Stop ``reps`` (``intent.stop``): the checkpoint signal, then a kill after the grace
+    period; replicas never dispatched end at once. Returns the nodes told."""
+    return Touched(nodes=intent.stop(s, reps, now))
 
 
 def finish_stop(s: Session, row: JobRow, at: float, state: str, message: str) -> None:

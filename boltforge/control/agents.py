@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from boltforge.control import intent
 from boltforge.control.activity import merge
 from boltforge.control.actuate import Touched, halt
 from boltforge.control.fleet import check_inventory
@@ -75,7 +76,7 @@ def register(s: Session, reg: Registration, terms: LeaseTerms, now: float) -> tu
         node.reclaim_at, node.cordoned = None, False
     node.state, node.session, node.registered_at = "ready", uuid.uuid4().hex, now
     node.last_heartbeat, node.lease_expires_at = now, now + terms.lease_s
-    node.desired_version = (node.desired_version or 0) + 1
+    intent.changed(s, {node.name})  # the node is told what to run afresh
     stop, touched = reconcile(s, node, reg.running, now, forget_missing=True)
     touched.nodes.add(node.name)
     return _lease(node, terms, stop), touched

@@ -7,9 +7,11 @@ same way, through three things:
 **Intent, in the store.** Every decision is written before anything is acted on: a replica
 row in ``starting`` means "run this on that node" (``actuate.bind`` wrote it ``waiting``;
 ``dispatch`` moves a gang to ``starting`` once its GPUs are free), ``stopping`` means "send
-the checkpoint signal now, and kill after the replica's grace" (``actuate.halt``); the
-replica's spec carries the command, environment, GPUs and grace. A backend never decides;
-it carries out the intent the store holds.
+the checkpoint signal now, and kill after the replica's grace"; the replica's spec carries
+the command, environment, GPUs and grace. Those two states are set, and the node marked
+changed, in one place only (``control/intent.py``: ``start``, ``stop``, ``changed``; a test
+holds every other module to it). A backend never decides; it carries out the intent the
+store holds.
 
 **Actuation: ``Backend.converge(nodes)``.** Called after every commit that changed the
 intent for some nodes (the ``Touched.nodes`` of a pass, a report, a cancel, an admin

@@ -9,9 +9,10 @@ from collections.abc import Callable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from boltforge.control import intent
 from boltforge.control.actuate import Touched
 from boltforge.control.mirror import LiveReplica, Mirror
-from boltforge.control.models import NodeRow, ReplicaRow
+from boltforge.control.models import ReplicaRow
 
 BUSY = ("starting", "running", "stopping")
 Order = tuple[int, int, str]
@@ -37,11 +38,7 @@ def dispatch(s: Session, mirror: Mirror, now: float) -> Touched:
         touched.jobs.add(job_id)
     if not going:
         return touched
-    for row in s.scalars(select(ReplicaRow).where(ReplicaRow.id.in_(going))):
-        if row.state == "waiting":
-            row.state, row.dispatched_at = "starting", now
-    for node in s.scalars(select(NodeRow).where(NodeRow.name.in_(touched.nodes))):
-        node.desired_version += 1
+    intent.start(s, s.scalars(select(ReplicaRow).where(ReplicaRow.id.in_(going))), now)
     return touched
 
 

@@ -15,8 +15,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from boltforge.control.actuate import Touched, finish_stop
-from boltforge.control.lifecycle import HOLDING, transition
+from boltforge.control.actuate import Touched, preempt
+from boltforge.control.lifecycle import HOLDING
 from boltforge.control.models import HELD, JobRow, NodeRow, ReplicaRow
 
 
@@ -73,23 +73,7 @@ def move_off(
             )
         )
     )
-    grace = max((float(r.spec.get("grace_s", 30)) for r in reps), default=0.0)
-    message = f"{why}: checkpointing (grace {grace:.0f} s), then requeued"
-    transition(s, job, "preempting", now, message, kind, data)
-    job.preemptions += 1
-    job.last_preempted_at = now
-    touched = Touched(jobs={job.id})
-    for r in reps:
-        if r.state == "waiting":
-            r.state, r.exited_at = "exited", now
-        elif r.state != "stopping":
-            r.state, r.stop_requested_at = "stopping", now
-            touched.nodes.add(r.node)
-    for name in touched.nodes:
-        node_row(s, name).desired_version += 1
-    if not any(r.state == "stopping" for r in reps):
-        finish_stop(s, job, now, "requeued", "requeued (it had not started)")
-    return touched
+    return preempt(s, job, reps, now, why, kind, data, after=", then requeued")
 
 
 def node_row(s: Session, name: str) -> NodeRow:
