@@ -76,7 +76,7 @@ def register(s: Session, reg: Registration, terms: LeaseTerms, now: float) -> tu
         node.reclaim_at, node.cordoned = None, False
     node.state, node.session, node.registered_at = "ready", uuid.uuid4().hex, now
     node.last_heartbeat, node.lease_expires_at = now, now + terms.lease_s
-    intent.changed(s, {node.name})  # the node is told what to run afresh
+    intent.renewed(node)  # the node is told what to run afresh
     stop, touched = reconcile(s, node, reg.running, now, forget_missing=True)
     touched.nodes.add(node.name)
     return _lease(node, terms, stop), touched

@@ -59,4 +59,9 @@ def changed(s: Session, nodes: set[str]) -> None:
     if rest:
         held += s.scalars(select(NodeRow).where(NodeRow.name.in_(rest)))
     for node in held:
-        node.desired_version = (node.desired_version or 0) + 1
+        renewed(node)
+
+
+def renewed(node: NodeRow) -> None:
+    """Mark what ``node`` (a row at hand, perhaps not yet stored) should run as changed."""
+    node.desired_version = (node.desired_version or 0) + 1
