@@ -91,6 +91,21 @@ def end_leftovers(runtime: Runtime, max_grace_s: float = 30.0) -> int:
     return asyncio.run(runtime.end_leftovers(max_grace_s))
 
 
+def left_checkpointing(
+    tmp_path: Path, work: Path, procs: list[subprocess.Popen[bytes]], lease_left_s: float
+) -> subprocess.Popen[bytes]:
+    """A replica (``j/w0``, grace 10 s) that checkpoints on SIGTERM, running and recorded
+    by an agent whose lease had ``lease_left_s`` left when it was killed; once it is ready."""
+    one = spec(grace_s=10.0, checkpoint_dir=str(tmp_path / "ckpt"))
+    record = restarted(work).record
+    record.renewed(time.time() + lease_left_s)
+    proc = run_like_a_replica(work, one, CHECKPOINTS_ON_SIGTERM)
+    procs.append(proc)
+    record.add(one, proc.pid)
+    wait_until(lambda: (tmp_path / "ckpt" / "ready").exists(), 30, "the replica to be ready")
+    return proc
+
+
 def save(work: Path, saved: Saved) -> None:
     (work / "replicas.json").write_text(saved.model_dump_json())
 
@@ -191,13 +206,7 @@ def test_a_leftover_gets_the_checkpoint_signal_is_reported_and_forgotten(
     tmp_path: Path, procs: list[subprocess.Popen[bytes]]
 ) -> None:
     work = tmp_path / "work"
-    one = spec(grace_s=10.0, checkpoint_dir=str(tmp_path / "ckpt"))
-    record = restarted(work).record
-    record.renewed(time.time() + 60)
-    proc = run_like_a_replica(work, one, CHECKPOINTS_ON_SIGTERM)
-    procs.append(proc)
-    record.add(one, proc.pid)
-    wait_until(lambda: (tmp_path / "ckpt" / "ready").exists(), 30, "the replica to be ready")
+    proc = left_checkpointing(tmp_path, work, procs, lease_left_s=60)
 
     runtime = restarted(work)
     assert end_leftovers(runtime) == 1
@@ -217,13 +226,8 @@ def test_past_the_lease_a_leftover_is_killed_without_a_checkpoint(
     tmp_path: Path, procs: list[subprocess.Popen[bytes]]
 ) -> None:
     work = tmp_path / "work"
-    one = spec(grace_s=10.0, checkpoint_dir=str(tmp_path / "ckpt"))
-    record = restarted(work).record
-    record.renewed(time.time() - 1)  # the lease ran out while the agent was away
-    proc = run_like_a_replica(work, one, CHECKPOINTS_ON_SIGTERM)
-    procs.append(proc)
-    record.add(one, proc.pid)
-    wait_until(lambda: (tmp_path / "ckpt" / "ready").exists(), 30, "the replica to be ready")
+    # the lease ran out while the agent was away
+    proc = left_checkpointing(tmp_path, work, procs, lease_left_s=-1)
 
     runtime = restarted(work)
     assert end_leftovers(runtime) == 1

@@ -40,14 +40,21 @@ def placed_on(fleet: Fleet, job: str) -> set[str]:
     return {r.node for r in fleet.replicas() if r.job_id == job and r.state != "exited"}
 
 
+def planned_and_held(fleet: Fleet) -> str:
+    """A 16-GPU job that waits for a 16-GPU job to finish on both hosts; once it finished,
+    the full pass planned for the waiting one is held. Returns the waiting job."""
+    big = fleet.submit(make_spec("big", 16))
+    fleet.start_everything()
+    waiting = str(fleet.post("/v1/jobs", {"spec": make_spec("next", 16)}).json()["job"]["id"])
+    fleet.finish(big)  # frees both hosts
+    wait_for(lambda: fleet.rt.scheduler._planning is not None, 10)
+    return waiting
+
+
 def test_a_bind_onto_a_host_cordoned_meanwhile_is_dropped(held_planner: Held) -> None:
     fleet, gate = held_planner
     sched = fleet.rt.scheduler
-    big = fleet.submit(make_spec("big", 16))
-    fleet.start_everything()
-    waiting = fleet.post("/v1/jobs", {"spec": make_spec("next", 16)}).json()["job"]["id"]
-    fleet.finish(big)  # frees both hosts; a full pass is planned for `next` and held
-    wait_for(lambda: sched._planning is not None, 10)
+    waiting = planned_and_held(fleet)
     r = fleet.post("/v1/nodes/host-0/cordon", {})
     assert r.status_code == 200, r.text
     gate.set()
@@ -61,12 +68,7 @@ def test_a_bind_onto_a_host_cordoned_meanwhile_is_dropped(held_planner: Held) ->
 
 def test_a_plan_applies_whole_when_nothing_changed(held_planner: Held) -> None:
     fleet, gate = held_planner
-    sched = fleet.rt.scheduler
-    big = fleet.submit(make_spec("big", 16))
-    fleet.start_everything()
-    waiting = fleet.post("/v1/jobs", {"spec": make_spec("next", 16)}).json()["job"]["id"]
-    fleet.finish(big)
-    wait_for(lambda: sched._planning is not None, 10)
+    waiting = planned_and_held(fleet)
     gate.set()
     wait_for(lambda: fleet.job(waiting).state == "scheduled", 30)
     assert placed_on(fleet, waiting) == {"host-0", "host-1"}

@@ -10,9 +10,9 @@ from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, or_, select, update
 from sqlalchemy.orm import Session
-from sqlalchemy.orm.util import identity_key
 
 from boltforge.control import intent
+from boltforge.control.db import by_key
 from boltforge.control.lifecycle import HOLDING, WAITING, record, transition
 from boltforge.control.mirror import stage
 from boltforge.control.models import HELD, JobRow, ReplicaRow, RunRow
@@ -52,9 +52,7 @@ def apply(s: Session, world: World, result: CycleResult, settings: Settings) -> 
     rows it changes are read from the store here, in one query per table; ``world`` (read
     from the mirror) is not changed."""
     touched = Touched()
-    with s.no_autoflush:  # by id: a row this session changed comes from its identity map,
-        # so what earlier binds of the pass wrote can be flushed together at commit
-        rows = _job_rows(s, [ev.job for ev in result.evictions] + [b.job for b in result.binds])
+    rows = by_key(s, JobRow, [ev.job for ev in result.evictions] + [b.job for b in result.binds])
     held = _held(s, [ev.job for ev in result.evictions])
     for ev in result.evictions:
         touched |= evict(s, world, rows.get(ev.job), held.get(ev.job, []), ev)
@@ -109,24 +107,10 @@ def preempt(
     return touched
 
 
-def _job_rows(s: Session, ids: list[str]) -> dict[str, JobRow]:
-    """The jobs ``ids``: from the session's identity map where it holds them (see
-    ``read_jobs``), the rest in one query."""
-    out: dict[str, JobRow] = {}
-    for job_id in set(ids):
-        row = s.identity_map.get(identity_key(JobRow, job_id))
-        if isinstance(row, JobRow):
-            out[job_id] = row
-    rest = set(ids) - set(out)
-    if rest:
-        out.update((r.id, r) for r in s.scalars(select(JobRow).where(JobRow.id.in_(rest))))
-    return out
-
-
 def read_jobs(s: Session, ids: list[str]) -> list[JobRow]:
     """Read the jobs ``ids`` in one query, for a caller about to ``apply`` results for them
-    one by one; the caller keeps the list while it does (the identity map holds rows only
-    while something else does)."""
+    one by one (``apply`` then finds them in the identity map); the caller keeps the list
+    while it does (the identity map holds rows only while something else does)."""
     if not ids:
         return []
     return list(s.scalars(select(JobRow).where(JobRow.id.in_(set(ids)))))

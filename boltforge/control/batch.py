@@ -37,6 +37,7 @@ from boltforge.control.db import Database
 log = logging.getLogger("boltforge.batch")
 MAX_GROUP = 256
 T = TypeVar("T")
+Q = TypeVar("Q")
 
 
 @dataclass
@@ -46,6 +47,27 @@ class Change(Generic[T]):
     apply: Callable[[Session], T]
     reads: frozenset[str] = frozenset()
     done: Future[T] = field(default_factory=Future)
+
+
+def next_group(items: queue.Queue[Q | None], most: int) -> list[Q] | None:
+    """Wait for the next item of ``items``, then take every one waiting behind it, up to
+    ``most`` in all: a group writer's next group. None once the queue is closed (a None put
+    in it; it is left there for the next taker)."""
+    first = items.get()
+    if first is None:
+        items.put(None)
+        return None
+    group = [first]
+    while len(group) < most:
+        try:
+            more = items.get_nowait()
+        except queue.Empty:
+            break
+        if more is None:
+            items.put(None)
+            break
+        group.append(more)
+    return group
 
 
 class Batcher:
@@ -95,20 +117,7 @@ class Batcher:
         self._thread.join(10)
 
     def _run(self) -> None:
-        while True:
-            first = self._changes.get()
-            if first is None:
-                return
-            group = [first]
-            while len(group) < MAX_GROUP:
-                try:
-                    more = self._changes.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    self._changes.put(None)
-                    break
-                group.append(more)
+        while (group := next_group(self._changes, MAX_GROUP)) is not None:
             self._taken = len(group)
             self._apply(group)
             self._taken = 0

@@ -5,19 +5,22 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
 from platformdirs import user_data_dir
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, select
+from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm.util import identity_key
 
 MIGRATIONS = Path(__file__).with_name("migrations")
+M = TypeVar("M")
 
 
 def default_url() -> str:
@@ -66,6 +69,27 @@ class Database:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def by_key(s: Session, model: type[M], keys: Iterable[str]) -> dict[str, M]:
+    """The rows of ``model`` (a table with a one-column primary key) whose keys are
+    ``keys``, by key: those the session holds from its identity map (with any change made
+    to them in the session), the rest read in one query without flushing first, so what the
+    session wrote so far can still be flushed together at commit. Rows added to the session
+    and not yet flushed are not found."""
+    wanted = set(keys)
+    out: dict[str, M] = {}
+    for key in wanted:
+        row = s.identity_map.get(identity_key(model, key))
+        if isinstance(row, model):
+            out[key] = row
+    rest = wanted - set(out)
+    if rest:
+        column = sa_inspect(model).primary_key[0]
+        with s.no_autoflush:
+            for row in s.scalars(select(model).where(column.in_(rest))):
+                out[getattr(row, column.key)] = row
+    return out
 
 
 def make_engine(url: str) -> Engine:

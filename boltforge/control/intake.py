@@ -24,6 +24,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from boltforge.control.auth import Caller
+from boltforge.control.batch import next_group
 from boltforge.control.db import Database
 from boltforge.control.models import AuditRow, EventRow, JobRow
 from boltforge.control.submit import job_rows, next_numbers, queued_message
@@ -76,20 +77,7 @@ class Intake:
         self._thread.join(10)
 
     def _run(self) -> None:
-        while True:
-            first = self._orders.get()
-            if first is None:
-                return
-            group = [first]
-            while len(group) < MAX_GROUP:
-                try:
-                    more = self._orders.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    self._orders.put(None)
-                    break
-                group.append(more)
+        while (group := next_group(self._orders, MAX_GROUP)) is not None:
             self._store(group)
 
     def _store(self, group: list[Order]) -> None:

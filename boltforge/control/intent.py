@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
-from sqlalchemy.orm.util import identity_key
 
+from boltforge.control.db import by_key
 from boltforge.control.models import NodeRow, ReplicaRow
 
 
@@ -53,12 +52,7 @@ def stop(s: Session, reps: Iterable[ReplicaRow], now: float) -> set[str]:
 def changed(s: Session, nodes: set[str]) -> None:
     """Mark what ``nodes`` should run as changed (their agents, long-polling, wake). Nodes
     the session holds already are not read again; the rest are read in one query."""
-    rows = [s.identity_map.get(identity_key(NodeRow, name)) for name in nodes]
-    held = [r for r in rows if isinstance(r, NodeRow)]
-    rest = nodes - {r.name for r in held}
-    if rest:
-        held += s.scalars(select(NodeRow).where(NodeRow.name.in_(rest)))
-    for node in held:
+    for node in by_key(s, NodeRow, nodes).values():
         renewed(node)
 
 
