@@ -13,17 +13,16 @@ from sqlalchemy.orm import Session
 
 from boltforge.control import intent
 from boltforge.control.db import by_key
+from boltforge.control.launch import Launcher, Slot, TorchrunLauncher
 from boltforge.control.lifecycle import HOLDING, WAITING, record, transition
 from boltforge.control.mirror import stage
 from boltforge.control.models import HELD, JobRow, ReplicaRow, RunRow
 from boltforge.control.world import World
-from boltforge.core.decisions import Bind, CycleResult, Evict, Waiting
+from boltforge.core.decisions import Bind, CycleResult, Evict, Resize, Waiting
 from boltforge.core.explain import describe
 from boltforge.core.levels import Level
 from boltforge.core.state import Grant
 from boltforge.ranges import hostlist
-
-FIRST_PORT = 29500
 
 
 @dataclass
@@ -41,21 +40,24 @@ class Touched:
 
 @dataclass(frozen=True)
 class Settings:
-    """What actuation needs to know about the site: where checkpoints live."""
+    """What actuation needs to know about the site: where checkpoints live, and how the
+    backend's gangs rendezvous and get their devices (``control/launch.py``)."""
 
     checkpoint_root: str
+    launcher: Launcher = field(default_factory=TorchrunLauncher)
 
 
 def apply(s: Session, world: World, result: CycleResult, settings: Settings) -> Touched:
-    """Write ``result``: evict (checkpoint signal to the victims' nodes), bind (replicas that
-    start once their GPUs are free), and every waiting job's reason, place and estimate. The
-    rows it changes are read from the store here, in one query per table; ``world`` (read
-    from the mirror) is not changed."""
+    """Write ``result``: evict or shrink (checkpoint signal to the victims' nodes), bind
+    (replicas that start once their GPUs are free), grow elastic jobs, and every waiting
+    job's reason, place and estimate. The rows it changes are read from the store here, in
+    one query per table; ``world`` (read from the mirror) is not changed."""
     touched = Touched()
-    rows = by_key(s, JobRow, [ev.job for ev in result.evictions] + [b.job for b in result.binds])
-    held = _held(s, [ev.job for ev in result.evictions])
+    changing = [ev.job for ev in result.evictions] + [r.job for r in result.resizes]
+    rows = by_key(s, JobRow, changing + [b.job for b in result.binds])
+    held = _held(s, changing)
     for ev in result.evictions:
-        touched |= evict(s, world, rows.get(ev.job), held.get(ev.job, []), ev)
+        touched |= evict(s, world, rows.get(ev.job), held.get(ev.job, []), ev, settings)
     victims: dict[str, list[str]] = {}
     for ev in result.evictions:
         victims.setdefault(ev.for_job, []).append(ev.job)
@@ -63,21 +65,81 @@ def apply(s: Session, world: World, result: CycleResult, settings: Settings) -> 
         row = rows.get(b.job)
         if row is not None:
             touched |= bind(s, world, row, b, settings, world.ports, victims.get(b.job, []))
+    for r in result.resizes:
+        touched |= grow(s, world, rows.get(r.job), held.get(r.job, []), r, settings)
     record_waits(s, world, result.waiting)
     return touched
 
 
 def evict(
-    s: Session, world: World, row: JobRow | None, reps: list[ReplicaRow], ev: Evict
+    s: Session,
+    world: World,
+    row: JobRow | None,
+    reps: list[ReplicaRow],
+    ev: Evict,
+    settings: Settings,
 ) -> Touched:
-    """Ask a victim's replicas (``reps``, those holding GPUs) to checkpoint and stop (a
-    shrink stops it whole: it restarts at the smaller size from its checkpoint)."""
+    """Ask a victim's replicas (``reps``, those holding GPUs) to checkpoint and stop; a
+    shrink (``ev.keep``) restarts it in place on the GPUs it keeps, without requeueing."""
     if row is None or row.state not in HOLDING:
         return Touched(jobs={ev.job})
+    data = {"for": ev.for_job, "lost_gpu_s": ev.lost_gpu_seconds, "gpus": row.gpus}
+    if ev.shrink_to is not None and ev.keep:
+        why = f"shrunk to {ev.shrink_to} replica(s) by job {ev.for_job}"
+        return resize(s, world, row, reps, ev.keep, settings, why, "shrunk", data)
     what = "shrink" if ev.shrink_to is not None else "preempted"
     lost = f", {ev.lost_gpu_seconds / 3600:.2f} GPU-h since the last checkpoint"
-    data = {"for": ev.for_job, "lost_gpu_s": ev.lost_gpu_seconds, "gpus": row.gpus}
     return preempt(s, row, reps, world.now, f"{what} by job {ev.for_job}", "preempted", data, lost)
+
+
+def grow(
+    s: Session,
+    world: World,
+    row: JobRow | None,
+    reps: list[ReplicaRow],
+    r: Resize,
+    settings: Settings,
+) -> Touched:
+    """Grow elastic ``row`` to ``r.replicas``: it restarts in place on the GPUs it holds
+    plus ``r.added``."""
+    held = world.state.allocations.get(r.job)
+    if row is None or row.state not in HOLDING or held is None:
+        return Touched(jobs={r.job})
+    grants = (*held.grants, *r.added.grants)
+    added = sum(len(g.gpus) for g in r.added.grants)
+    data = {"replicas": r.replicas, "added_gpus": added, "note": r.note}
+    why = f"grown to {r.replicas} replica(s) into free GPUs"
+    return resize(s, world, row, reps, grants, settings, why, "grown", data)
+
+
+def resize(
+    s: Session,
+    world: World,
+    row: JobRow,
+    reps: list[ReplicaRow],
+    grants: Iterable[Grant],
+    settings: Settings,
+    why: str,
+    kind: str,
+    data: dict[str, Any],
+) -> Touched:
+    """Restart holding job ``row`` in place on ``grants`` (an elastic grow or shrink): its
+    replicas holding GPUs (``reps``) get the checkpoint signal, and a new epoch is bound on
+    ``grants`` at once, to start from that checkpoint once they have left (dispatch waits
+    for their GPUs). The job never re-enters the queue, so nothing can take its GPUs in
+    between; its timeline entry (of ``kind``) reads ``<why>: restarts from its checkpoint``."""
+    close_run(s, row, world.now)
+    touched = halt(s, reps, world.now)
+    touched.jobs.add(row.id)
+    row.resized_at = world.now
+    hosts, gpus = _new_epoch(s, world, row, list(grants), settings, world.ports)
+    data = {**data, "nodes": hostlist(hosts), "epoch": row.epoch, "gpus_now": gpus}
+    message = f"{why}: {gpus} GPU(s) on {len(set(hosts))} host(s); restarts from its checkpoint"
+    if row.state == "scheduled":
+        record(s, row.id, world.now, kind, message, data)
+    else:
+        transition(s, row, "scheduled", world.now, message, kind, data)
+    return touched
 
 
 def preempt(
@@ -102,7 +164,7 @@ def preempt(
     row.last_preempted_at = now
     touched = Touched(jobs={row.id})
     touched |= halt(s, reps, now)
-    if not any(r.state == "stopping" for r in reps):
+    if not any(r.state == "stopping" and r.epoch == row.epoch for r in reps):
         finish_stop(s, row, now, "requeued", "requeued (it had not started)")
     return touched
 
@@ -166,33 +228,12 @@ def bind(
     the jobs preempted to make room (named on the ``placed`` event)."""
     if row.state not in WAITING:
         return Touched()
-    tree = world.fleet.tree
-    row.epoch += 1
-    row.bound_at = world.now
     row.borrowed = b.borrowed_gpus > 0
     grants = [g for plan in b.placement.roles for g in plan.grants]
-    first = world.nodes.get(tree.hosts[grants[0].host].name)
-    master = first.inventory.get("address", "127.0.0.1") if first is not None else "127.0.0.1"
-    port = next(p for p in range(FIRST_PORT, FIRST_PORT + 10_000) if p not in ports)
-    ports.add(port)
-    hosts = [tree.hosts[g.host].name for g in grants]
-    for rank, g in enumerate(grants):
-        s.add(_replica(world, row, rank, g, hosts, master, port, settings))
-    gpus = sum(len(g.gpus) for g in grants)
-    price = sum(tree.pool_of(g.host).price_per_gpu_hour * len(g.gpus) for g in grants)
-    s.add(
-        RunRow(
-            job_id=row.id,
-            epoch=row.epoch,
-            queue=row.queue,
-            team=row.team,
-            gpus=gpus,
-            dollars_per_hour=price,
-            started_at=world.now,
-        )
-    )
+    hosts, gpus = _new_epoch(s, world, row, grants, settings, ports)
     summary = placement_summary(world, b)
-    row.explanation = [summary, *describe(tree, b.placement), *([b.note] if b.note else [])]
+    notes = [b.note] if b.note else []
+    row.explanation = [summary, *describe(world.fleet.tree, b.placement), *notes]
     row.reason, row.position, row.estimated_start, row.waiting = "", None, None, []
     row.recovery_hold = None  # placed: whatever was held for it is its own again, or free
     resumed = " (resumes from its last checkpoint)" if row.epoch > 1 else ""
@@ -217,28 +258,54 @@ def placement_summary(world: World, b: Bind) -> str:
     return "; ".join(parts)
 
 
-def _replica(
+def _new_epoch(
+    s: Session,
     world: World,
     row: JobRow,
-    rank: int,
-    g: Grant,
-    hosts: list[str],
-    master: str,
-    port: int,
+    grants: list[Grant],
     settings: Settings,
-) -> ReplicaRow:
+    ports: set[int],
+) -> tuple[list[str], int]:
+    """Start allocation epoch ``row.epoch + 1`` on ``grants``: one ``waiting`` replica per
+    grant (rank = its place in ``grants``), with the rendezvous the backend's launcher
+    gives, and an open run priced at its pools. Returns each rank's node and the GPUs."""
+    tree = world.fleet.tree
+    row.epoch += 1
+    row.bound_at = world.now
+    slots = [_slot(world, rank, g) for rank, g in enumerate(grants)]
+    envs = settings.launcher.rendezvous(slots, ports)
+    for slot, g, env in zip(slots, grants, envs, strict=True):
+        s.add(_replica(row, slot, g, env, settings))
+    gpus = sum(len(g.gpus) for g in grants)
+    price = sum(tree.pool_of(g.host).price_per_gpu_hour * len(g.gpus) for g in grants)
+    s.add(
+        RunRow(
+            job_id=row.id,
+            epoch=row.epoch,
+            queue=row.queue,
+            team=row.team,
+            gpus=gpus,
+            dollars_per_hour=price,
+            started_at=world.now,
+        )
+    )
+    return [slot.node for slot in slots], gpus
+
+
+def _slot(world: World, rank: int, g: Grant) -> Slot:
     node = world.fleet.tree.hosts[g.host].name
-    local = [i for i, h in enumerate(hosts) if h == node]
+    live = world.nodes.get(node)
+    address = live.inventory.get("address", "127.0.0.1") if live is not None else "127.0.0.1"
+    return Slot(rank, g.role, node, address, tuple(g.gpus))
+
+
+def _replica(
+    row: JobRow, slot: Slot, g: Grant, rendezvous: dict[str, str], settings: Settings
+) -> ReplicaRow:
     env = {
-        "RANK": str(rank),
-        "WORLD_SIZE": str(len(hosts)),
-        "LOCAL_RANK": str(local.index(rank)),
-        "LOCAL_WORLD_SIZE": str(len(local)),
-        "GROUP_RANK": str(rank),
-        "MASTER_ADDR": master,
-        "MASTER_PORT": str(port),
+        **rendezvous,
         "BOLT_ROLE": g.role,
-        "BOLT_NODE": node,
+        "BOLT_NODE": slot.node,
         "BOLT_RESTARTS": str(row.epoch - 1),
         **{str(k): str(v) for k, v in (row.spec.get("env") or {}).items()},
     }
@@ -254,12 +321,12 @@ def _replica(
         "image": row.spec.get("image"),
     }
     return ReplicaRow(
-        id=f"{row.id}.{row.epoch}.{rank}",
+        id=f"{row.id}.{row.epoch}.{slot.rank}",
         job_id=row.id,
         epoch=row.epoch,
         role=g.role,
-        rank=rank,
-        node=node,
+        rank=slot.rank,
+        node=slot.node,
         gpus=list(g.gpus),
         cpus=g.cpus,
         memory_gb=g.memory_gb,

@@ -13,6 +13,21 @@ changed, in one place only (``control/intent.py``: ``start``, ``stop``, ``change
 holds every other module to it). A backend never decides; it carries out the intent the
 store holds.
 
+**The four things the control plane asks, all as intent.** A *start* is a gang's replicas
+moved to ``starting`` together, once no leaving replica holds their GPUs. A *stop* is
+``stopping`` with the replica's grace: the checkpoint signal now, a kill after the grace.
+A *cancel* is a stop of every replica the job holds (``control/cancel.py``). A *resize* of
+an elastic job (grown into free GPUs, or shrunk for a more important job) is a stop of the
+epoch it runs and a start of the next one on more or fewer GPUs, bound at once so nothing
+takes its GPUs in between (``actuate.resize``): the job restarts from the checkpoint its
+stop wrote, as torchrun's elastic agent restarts its workers on a membership change. A
+backend that can change a running gang's size natively may do so for a stop and a start
+of the same job at once; the store's intent is the same.
+
+**Launch: ``Backend.launcher``.** How a gang's ranks rendezvous and whether the scheduler's
+GPU indices bind the node are the backend's choice (``control/launch.py``); the native
+backend speaks torchrun's static rendezvous on the indices the scheduler counted.
+
 **Actuation: ``Backend.converge(nodes)``.** Called after every commit that changed the
 intent for some nodes (the ``Touched.nodes`` of a pass, a report, a cancel, an admin
 action), outside any transaction and without the scheduler's lock. The backend makes those
@@ -40,6 +55,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
+from boltforge.control.launch import Launcher, TorchrunLauncher
 from boltforge.control.notify import Notifier
 
 
@@ -47,6 +63,7 @@ class Backend(Protocol):
     """Where replicas run (see the module docstring for the contract)."""
 
     name: str
+    launcher: Launcher
 
     def converge(self, nodes: Iterable[str]) -> None:
         """After a commit: make ``nodes`` carry out the intent the store now holds for
@@ -62,6 +79,7 @@ class NativeBackend:
 
     def __init__(self, notifier: Notifier) -> None:
         self.notifier = notifier
+        self.launcher: Launcher = TorchrunLauncher()
 
     def converge(self, nodes: Iterable[str]) -> None:
         self.notifier.notify(f"node:{n}" for n in nodes)

@@ -6,7 +6,8 @@ transaction as the decision that caused it, before anything is sent to a node.
 ::
 
     pending ──► scheduled ──► running ──► succeeded | failed
-       ▲            │            │
+       ▲            │  ▲         │
+       │            │  └─────────┤  resized in place (a new epoch on more or fewer GPUs)
        │            ▼            ▼
     requeued ◄── preempting ◄────┘        (any live state) ──► cancelled
 """
@@ -27,7 +28,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "pending": frozenset({"scheduled", "cancelled", "failed"}),
     "requeued": frozenset({"scheduled", "cancelled", "failed"}),
     "scheduled": frozenset({"running", "preempting", "requeued", "cancelled", "failed"}),
-    "running": frozenset({"preempting", "requeued", "succeeded", "failed", "cancelled"}),
+    "running": frozenset(
+        {"scheduled", "preempting", "requeued", "succeeded", "failed", "cancelled"}
+    ),
     "preempting": frozenset({"requeued", "succeeded", "failed", "cancelled"}),
     "succeeded": frozenset(),
     "failed": frozenset(),

@@ -128,6 +128,7 @@ class Scheduler:
         self.quotas = quotas
         self.mirror = mirror if mirror is not None else Mirror()
         self.backend = backend if backend is not None else NativeBackend(notifier)
+        self.settings = replace(settings, launcher=self.backend.launcher)
         self.overlap = overlap
         self._plan: Plan | None = None
         self._planning: Future[Plan] | None = None

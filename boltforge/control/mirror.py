@@ -67,6 +67,7 @@ class LiveJob:
     attained_gpu_s: float = 0.0
     last_checkpoint_at: float | None = None
     last_preempted_at: float | None = None
+    resized_at: float | None = None
     borrowed: bool = False
     recovery_hold: dict[str, Any] | None = None
     reason: str = ""
@@ -114,7 +115,7 @@ _RELEVANT = {
     LiveNode: ("inventory", "state", "cordoned", "degraded_until", "health"),
     LiveJob: (
         *("priority", "bound_at", "attained_gpu_s", "last_checkpoint_at"),
-        *("last_preempted_at", "borrowed", "recovery_hold"),
+        *("last_preempted_at", "resized_at", "borrowed", "recovery_hold"),
     ),
     LiveReplica: ("node", "gpus", "cpus", "memory_gb", "stop_requested_at"),
 }

@@ -18,7 +18,8 @@ class JobRow(Base):
     bind starts a new one, and agents' reports for an older epoch are refused.
     ``recovery_hold``: after a host failure, what its replicas held on the healthy hosts and
     when (``{"at", "lost": [node], "grants": [{role, replica, node, gpus, cpus, memory_gb}]}``),
-    kept for its restart for the server's ``--recovery-hold`` (None: no hold)."""
+    kept for its restart for the server's ``--recovery-hold`` (None: no hold).
+    ``resized_at``: when an elastic job last grew or shrank in place (None: never)."""
 
     __tablename__ = "jobs"
 
@@ -47,6 +48,7 @@ class JobRow(Base):
     restarts: Mapped[int] = mapped_column(Integer, default=0)
     preemptions: Mapped[int] = mapped_column(Integer, default=0)
     last_preempted_at: Mapped[float | None] = mapped_column(Float)
+    resized_at: Mapped[float | None] = mapped_column(Float)
     last_checkpoint_at: Mapped[float | None] = mapped_column(Float)
     last_step: Mapped[int | None] = mapped_column(Integer)
     attained_gpu_s: Mapped[float] = mapped_column(Float, default=0.0)

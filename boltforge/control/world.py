@@ -11,7 +11,6 @@ replicas had on the healthy hosts for ``--recovery-hold`` seconds (``held:<job>`
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -26,9 +25,10 @@ from boltforge.control.lifecycle import HOLDING, WAITING
 from boltforge.control.mirror import LiveJob, LiveNode, LiveReplica, Mirror
 from boltforge.control.models import JobRow, NodeRow, RunRow
 from boltforge.core.cycle import Snapshot, count_holding, holdings_of
-from boltforge.core.quota import QuotaTree, lineage
+from boltforge.core.quota import QuotaTree
 from boltforge.core.routing import RoutingFacts
 from boltforge.core.state import Allocation, Conflict, FleetState, Grant
+from boltforge.core.usage import Holding, usage_of
 from boltforge.core.workload import Hold, Job, Running, Usage
 from boltforge.spec.errors import SpecError
 from boltforge.spec.job import JobSpec
@@ -291,14 +291,16 @@ def _priced(fleet: Fleet) -> bool:
 def _hold(
     world: World, caches: Caches, recovery: Callable[[], set[tuple[str, int]]] | None = None
 ) -> None:
-    """Allocate the GPUs of holding jobs first, then those held for restarts (``recovery``),
-    then what leaving jobs still occupy."""
+    """Allocate the GPUs of holding jobs' current epochs first, then those held for restarts
+    (``recovery``), then what leaving replicas still occupy (those of jobs that no longer
+    hold GPUs, and the older epoch of a job resized in place)."""
     claimed: set[tuple[str, int]] = set()
     for job_id, reps in sorted(world.replicas.items()):
         row = world.rows.get(job_id)
         if row is None or row.state not in HOLDING:
             continue
         job = _job(world, row, caches)
+        reps = [r for r in reps if r.epoch == row.epoch]
         grants = _grants(world.fleet, reps)
         limit = job.time_limit if job is not None else None
         end = row.bound_at + limit if row.bound_at is not None and limit else None
@@ -312,7 +314,7 @@ def _hold(
     for job_id, reps in sorted(world.replicas.items()):
         row = world.rows.get(job_id)
         if row is not None and row.state in HOLDING:
-            continue
+            reps = [r for r in reps if r.epoch != row.epoch]
         left = [_without(r, claimed) for r in reps]
         grants = _grants(world.fleet, [r for r in left if r.gpus])
         ends = [(r.stop_requested_at or world.now) + r.grace_s for r in reps]
@@ -395,22 +397,18 @@ def _running(job: Job, allocation: Allocation, row: LiveJob) -> Running:
         last_checkpoint=row.last_checkpoint_at,
         last_preempted=row.last_preempted_at,
         borrowed=row.borrowed,
+        last_resized=row.resized_at,
     )
 
 
 def usage(s: Session, now: float, half_life_s: float) -> Usage:
-    """Fair-share usage per queue (and every queue above it): each run's GPU-seconds, decayed
-    exactly with ``half_life_s`` (a run ending ``t`` seconds ago counts ``2**(-t/h)``)."""
+    """Fair-share usage per queue (and every queue above it) at ``now``: each run's GPU-seconds,
+    decayed exactly with ``half_life_s`` (``core.usage.usage_of``, the computation the
+    simulator shares). Runs that ended more than 20 half-lives ago (weight under 2**-20) are
+    not read."""
     horizon = now - 20 * half_life_s
     runs = s.scalars(
         select(RunRow).where((RunRow.ended_at.is_(None)) | (RunRow.ended_at > horizon))
     )
-    rate = math.log(2) / half_life_s
-    out: dict[str, float] = {}
-    for run in runs:
-        end = min(run.ended_at if run.ended_at is not None else now, now)
-        start = min(run.started_at, end)
-        gpu_s = run.gpus * (math.exp(-rate * (now - end)) - math.exp(-rate * (now - start))) / rate
-        for q in lineage(run.queue):
-            out[q] = out.get(q, 0.0) + gpu_s
-    return Usage(out, now)
+    held = (Holding(r.queue, r.gpus, r.started_at, r.ended_at) for r in runs)
+    return usage_of(held, now, half_life_s)

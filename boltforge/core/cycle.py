@@ -547,7 +547,8 @@ def _evict(p: _Pass, job: Job, found: Victims) -> None:
             else (gpus * run.job.restart_overhead)
         )
         p.recent.append((p.now, gpus))
-        p.evictions.append(Evict(victim, job.id, lost, found.shrink.get(victim)))
+        keep = () if victim in found.jobs else _kept(run.allocation.grants, freed)
+        p.evictions.append(Evict(victim, job.id, lost, found.shrink.get(victim), keep))
         held = p.holdings.get(run.job.queue, {})
         for g in freed:
             if g.gpus:
@@ -559,6 +560,12 @@ def _charge(p: _Pass, job: Job, placement: Placement) -> None:
     held = p.holdings.setdefault(job.queue, {})
     for pool, gpus in _demand(p, placement).items():
         held[pool] = held.get(pool, 0) + gpus
+
+
+def _kept(grants: tuple[Grant, ...], freed: tuple[Grant, ...]) -> tuple[Grant, ...]:
+    """The grants a shrunk job keeps: all it held but the ``freed`` ones."""
+    gone = set(freed)
+    return tuple(g for g in grants if g not in gone)
 
 
 def _grow(p: _Pass) -> list[Resize]:

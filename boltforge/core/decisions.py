@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from boltforge.core.answers import Placement
+from boltforge.core.state import Grant
 
 
 class WaitReason(StrEnum):
@@ -35,12 +36,16 @@ class Bind:
 
 @dataclass(frozen=True, slots=True)
 class Evict:
-    """Checkpoint and stop ``job`` (or shrink it to ``shrink_to`` replicas) to make room."""
+    """Checkpoint and stop ``job`` (or shrink it to ``shrink_to`` replicas) to make room.
+
+    A shrink keeps the job running on ``keep`` (the grants it holds still); the caller
+    restarts it there, from its checkpoint, at the smaller size."""
 
     job: str
     for_job: str
     lost_gpu_seconds: float
     shrink_to: int | None = None
+    keep: tuple[Grant, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
