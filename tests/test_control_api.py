@@ -112,6 +112,23 @@ def test_an_agent_token_cannot_use_the_job_api(fleet: Fleet) -> None:
     assert fleet.http.get("/v1/jobs", headers=AGENT).status_code == 403
 
 
+def test_only_agent_and_admin_tokens_may_speak_the_agent_protocol(fleet: Fleet) -> None:
+    alice = token(fleet, "alice", "member", "nlp")
+    node = fleet.nodes["host-0"]
+    calls = [
+        ("post", "/v1/agents/register", {"inventory": node.inventory(), "running": []}),
+        ("post", "/v1/agents/host-0/heartbeat", {"session": node.session}),
+        ("post", "/v1/agents/host-0/report", {"session": node.session}),
+        ("get", "/v1/agents/host-0/desired", None),
+    ]
+    for method, path, body in calls:
+        anonymous = fleet.http.request(method, path, json=body)
+        assert anonymous.status_code == 401 and "To fix" in anonymous.json()["error"], path
+        member = fleet.http.request(method, path, json=body, headers=alice)
+        assert member.status_code == 403 and "needs admin or agent" in member.json()["error"]
+    assert fleet.nodes["host-0"].heartbeat() == 200
+
+
 def test_a_silent_node_turns_suspect_then_dead_and_its_job_requeues(fleet: Fleet) -> None:
     job = fleet.submit(make_spec("train", 16))
     fleet.start_everything()

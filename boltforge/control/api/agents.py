@@ -1,13 +1,17 @@
-"""The agent protocol's endpoints (see ``boltforge.wire.agent``)."""
+"""The agent protocol's endpoints (see ``boltforge.wire.agent``).
+
+A fleet's agents call these thousands of times a second between them, so each route checks
+its caller itself (``agent``) and takes the runtime from the app rather than through
+FastAPI dependencies, whose per-request bookkeeping costs more than the check."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 
 from boltforge.control import agents as protocol
-from boltforge.control.api.deps import Agents, Rt
+from boltforge.control.api.deps import role
 from boltforge.control.api.errors import ERRORS, ApiError
 from boltforge.control.runtime import Runtime
 from boltforge.wire.agent import (
@@ -22,19 +26,29 @@ from boltforge.wire.agent import (
 router = APIRouter(prefix="/v1/agents", tags=["agents"], responses=ERRORS)
 MAX_WAIT_S = 60.0
 _REREGISTER = "the node's session is not current. To fix: register again"
+agent = role("admin", "agent")
+
+
+def _runtime(request: Request) -> Runtime:
+    rt: Runtime = request.app.state.runtime
+    return rt
 
 
 @router.post("/register")
-async def register(reg: Registration, who: Agents, rt: Rt) -> Lease:
+async def register(reg: Registration, request: Request) -> Lease:
     """Register a node (or re-register after a restart); reconciles what it still runs.
     Registrations arriving together are stored in one transaction (``control/batch.py``)."""
+    who = await agent(request)
+    rt = _runtime(request)
     return await rt.feed.register(reg, who, rt.clock())
 
 
 @router.post("/{node}/heartbeat")
-async def heartbeat(node: str, hb: Heartbeat, who: Agents, rt: Rt) -> Lease:
+async def heartbeat(node: str, hb: Heartbeat, request: Request) -> Lease:
     """Renew the node's lease (409: register again). Heartbeats arriving together are
     stored in one transaction."""
+    await agent(request)
+    rt = _runtime(request)
     try:
         return await rt.feed.heartbeat(node, hb, rt.clock())
     except protocol.SessionMismatch:
@@ -44,12 +58,13 @@ async def heartbeat(node: str, hb: Heartbeat, who: Agents, rt: Rt) -> Lease:
 @router.get("/{node}/desired")
 async def desired(
     node: str,
-    who: Agents,
-    rt: Rt,
+    request: Request,
     since: Annotated[int, Query(ge=-1)] = -1,
     wait: Annotated[float, Query(ge=0, le=MAX_WAIT_S)] = 0.0,
 ) -> DesiredState:
     """What the node should run; held open up to ``wait`` s until its version passes ``since``."""
+    await agent(request)
+    rt = _runtime(request)
     key = f"node:{node}"
     deadline = rt.clock() + wait
     while True:
@@ -69,11 +84,13 @@ def _desired(rt: Runtime, node: str) -> DesiredState:
 
 
 @router.post("/{node}/report")
-async def report(node: str, body: AgentReport, who: Agents, rt: Rt) -> ReportReply:
+async def report(node: str, body: AgentReport, request: Request) -> ReportReply:
     """Replica events, log chunks and progress from a node; stale epochs are refused. A job
     this requeues after a spot reclaim notice gets its lost work on its timeline. Reports
     arriving together are stored in one transaction. Starts wake no pass; an exit asks for
     one (the GPUs a bound gang waits for may be free, and the plan may change)."""
+    await agent(request)
+    rt = _runtime(request)
     try:
         refused, _ = await rt.feed.report(node, body, rt.clock())
     except protocol.SessionMismatch:

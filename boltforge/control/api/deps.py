@@ -64,5 +64,4 @@ actor = role("admin", "member")  # called directly where a route takes no depend
 People = Annotated[Caller, Depends(role("admin", "member", "viewer"))]
 Actors = Annotated[Caller, Depends(actor)]
 Admins = Annotated[Caller, Depends(role("admin"))]
-Agents = Annotated[Caller, Depends(role("admin", "agent"))]
 Rt = Annotated[Runtime, Depends(runtime)]
