@@ -2,6 +2,9 @@
 
 **Usage** is GPU-seconds per queue, charged to the job's queue and to every path above it, the
 root ``""`` included, so the root's usage is the cluster's total. It halves every half-life.
+``boltforge.core.usage`` computes it exactly from the stretches each queue held GPUs, for the
+server and the simulator alike; ``decay`` is a coarser step that adds what running jobs accrued
+since the last update without decaying it.
 
 **Fair-share factor** (Slurm's classic formula): ``F = 2 ** (-U / S)``.
 

@@ -19,11 +19,17 @@ allocation epoch, from bind to the moment its replicas were all gone). Over a ti
 A stretch straddling the window's start counts pro rata: only its seconds inside the window.
 So the meters of consecutive windows add up to the meter of their union, and the dollars of
 every job add up to the GPU-hours of every pool times its price.
+
+Dollars have one formula, shared by the server and the simulator: a stretch's
+``dollars_per_hour`` is the sum over its pools of GPUs times the pool's price per GPU-hour (the
+function ``dollars_per_hour``), and ``meter_stretch`` turns that into dollars over the time
+held. The server stores the rate on each run; the simulator meters each segment it ends, pool
+by pool, with ``pool_dollars``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 ENDS_CLEANLY = frozenset({"succeeded", "cancelled"})
@@ -97,6 +103,29 @@ def meter_job(stretches: Iterable[Stretch], since: float, now: float) -> Meter:
     for s in stretches:
         total += meter_stretch(s, since, now)
     return total
+
+
+def dollars_per_hour(gpus_by_pool: Mapping[str, int], prices: Mapping[str, float]) -> float:
+    """What holding ``gpus_by_pool`` (pool -> GPUs) costs per hour at ``prices`` (pool -> dollars
+    per GPU-hour); every pool held must have a price (``KeyError``)."""
+    return sum(gpus * prices[pool] for pool, gpus in gpus_by_pool.items())
+
+
+def pool_dollars(
+    gpus_by_pool: Mapping[str, int],
+    prices: Mapping[str, float],
+    started_at: float,
+    ended_at: float,
+) -> dict[str, float]:
+    """Dollars per pool for holding ``gpus_by_pool`` over ``[started_at, ended_at]``: each
+    pool's GPUs metered as one stretch at that pool's price (``meter_stretch``). Their sum is
+    the meter's dollars for one stretch holding all of them."""
+    out = {}
+    for pool, gpus in gpus_by_pool.items():
+        rate = dollars_per_hour({pool: gpus}, prices)
+        held = Stretch(gpus, rate, started_at, ended_at)
+        out[pool] = meter_stretch(held, started_at, ended_at).dollars
+    return out
 
 
 def interrupted(
