@@ -19,10 +19,11 @@ from boltforge.cli.remote import (
     ago,
     api_errors,
     connect,
+    span,
     until,
 )
 from boltforge.client import ApiFailure, Client
-from boltforge.wire.jobs import TERMINAL, JobDetail
+from boltforge.wire.jobs import TERMINAL, DeadlineOutlook, JobDetail
 
 JobArg = Annotated[str, typer.Argument(help="Job id (an array task is 42_3).", show_default=False)]
 FOLLOW_POLL_S = 20.0
@@ -39,6 +40,9 @@ def status_command(
         return
     console.print(headline(d), highlight=False)
     console.print(_facts(d), highlight=False)
+    line = outlook_line(d.outlook)
+    if line is not None:
+        console.print(f"  {escape(line)}", highlight=False)
     if d.placement:
         console.print(placement_table(d))
     console.print("[bold]timeline[/]")
@@ -101,7 +105,8 @@ def explain_command(
         d = client.job(job)
     if json:
         keys = ("id", "state", "nodes", "explanation", "reason", "position", "estimated_start")
-        print_json({k: v for k, v in d.model_dump(mode="json").items() if k in (*keys, "waiting")})
+        shown = (*keys, "waiting", "outlook")
+        print_json({k: v for k, v in d.model_dump(mode="json").items() if k in shown})
         return
     console.print(headline(d), highlight=False)
     for line in explanation(d):
@@ -110,6 +115,7 @@ def explain_command(
 
 def explanation(d: JobDetail) -> list[str]:
     """The lines ``bolt explain`` prints under the headline."""
+    outlook = [line] if (line := outlook_line(d.outlook)) is not None else []
     if d.state in ("pending", "requeued"):
         pos = "?" if d.position is None else str(d.position + 1)
         start = "unknown" if d.estimated_start is None else until(d.estimated_start)
@@ -117,14 +123,53 @@ def explanation(d: JobDetail) -> list[str]:
             f"waiting: {d.reason or 'not yet considered'}",
             f"position {pos} in line; estimated start {start}",
         ]
-        return head + list(d.waiting)
+        return head + outlook + list(d.waiting)
     if d.state in TERMINAL:
         last = d.events[-1].message if d.events else d.state
         return [last, *(f"last placement: {x}" for x in d.explanation[:1])]
     found = [
         e.message for e in d.events if e.kind == "straggler" and e.data.get("epoch") == d.epoch
     ]
-    return [*(list(d.explanation) or ["no placement explanation recorded"]), *found]
+    return [*(list(d.explanation) or ["no placement explanation recorded"]), *outlook, *found]
+
+
+def outlook_line(o: DeadlineOutlook | None) -> str | None:
+    """The deadline outlook in one line, times counted from when the server judged it:
+    ``deadline reachable: expected start in ~2.0 h, finish in ~3.0 h; due in 4.0 h
+    (2027-01-15 12:00 UTC), 60 min to spare``. A job without a deadline gets only its
+    expected finish (``expected start now, finish in ~60 min``), or None when unknown."""
+    if o is None:
+        return None
+    timing = _timing(o)
+    if o.deadline is None:
+        return None if o.expected_finish is None else timing
+    due = f"due {_relative(o.deadline, o.at)} ({_clock(o.deadline)})"
+    if o.slack_s is None:
+        known = "" if o.expected_start is None else f"{timing}; "
+        return f"deadline {o.verdict or 'unknown'}: {o.note}; {known}{due}"
+    spare = f"{span(o.slack_s)} {'to spare' if o.slack_s >= 0 else 'late'}"
+    return f"deadline {o.verdict}: {timing}; {due}, {spare}"
+
+
+def _timing(o: DeadlineOutlook) -> str:
+    """``expected start in ~2.0 h, finish in ~3.0 h`` (the finish only when known)."""
+    start = "?" if o.expected_start is None else _relative(o.expected_start, o.at, "~")
+    finish = "" if o.expected_finish is None else _relative(o.expected_finish, o.at, "~")
+    return f"expected start {start}" + (f", finish {finish}" if finish else "")
+
+
+def _relative(at: float, now: float, about: str = "") -> str:
+    """``at`` from ``now``: ``now``, ``in ~12 min`` or ``12 min ago`` (``about`` marks an
+    estimate)."""
+    left = at - now
+    if abs(left) <= 1:
+        return "now"
+    return f"in {about}{span(left)}" if left > 0 else f"{span(left)} ago"
+
+
+def _clock(at: float) -> str:
+    """``at`` as local wall-clock time: ``2027-01-15 12:00 UTC``."""
+    return time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(at))
 
 
 def cancel_command(job: JobArg, server: ServerOpt = None, token: TokenOpt = None) -> None:

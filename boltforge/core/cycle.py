@@ -52,6 +52,7 @@ from boltforge.core.preempt import (
     preemption_worth_it,
     release_victims,
 )
+from boltforge.core.preempt_text import span
 from boltforge.core.quota import QuotaTree, Verdict, admit, reclaimable_for
 from boltforge.core.recovery import recover
 from boltforge.core.routing import Route, RoutingFacts, fences, note_for, route_job
@@ -274,14 +275,8 @@ def _recover(p: _Pass, job: Job, position: int) -> bool:
     with the closest healthy hosts (``core/recovery.py``), outside reserved hosts it would
     delay and within its quota. Returns whether it was bound."""
     assert job.held is not None
-    blocked = _blocked_hosts(p, job)
-    saved = p.work.cordoned.copy()
-    if blocked:
-        p.work.cordoned[list(blocked)] = True
-    try:
+    with p.work.fenced(_blocked_hosts(p, job)):
         placement = recover(p.work, job.gang, job.held)
-    finally:
-        p.work.cordoned = saved
     if placement is None:
         return False
     verdict = _admit(p, job, placement)
@@ -380,10 +375,7 @@ def _place(
                 notes = (*placement.notes, why) if why else placement.notes
                 return replace(placement, notes=notes), (), False
         blocked = blocked | excluded
-    saved = p.work.cordoned.copy()
-    if blocked:
-        p.work.cordoned[list(blocked)] = True
-    try:
+    with p.work.fenced(blocked):
         if p.policy.topology_aware:
             decision = place_now(p.work, gang)
             never = decision.outcome == Outcome.NEVER
@@ -395,8 +387,6 @@ def _place(
             return placement, decision.reasons, never
         placed = first_fit(p.work, gang)
         return placed, () if placed else ("first-fit found no hosts with room",), False
-    finally:
-        p.work.cordoned = saved
 
 
 def _admit(p: _Pass, job: Job, placement: Placement) -> Verdict:
@@ -469,10 +459,7 @@ def _preempt(
     if p.preempt_attempts <= 0:
         return False, ("preemption not tried: this pass's preemption attempts are used up",)
     p.preempt_attempts -= 1
-    saved = p.work.cordoned.copy()
-    if blocked:
-        p.work.cordoned[list(blocked)] = True
-    try:
+    with p.work.fenced(blocked):
         found = find_victims(
             p.work,
             job,
@@ -484,8 +471,6 @@ def _preempt(
             borrowers,
             standing,
         )
-    finally:
-        p.work.cordoned = saved
     if isinstance(found, NoVictims):
         return False, found.reasons
     if not found.jobs and not found.shrink:
@@ -499,8 +484,7 @@ def _preempt(
         return False, (verdict.reason,)
     _evict(p, job, found)
     note = "; ".join((sentence, *found.explanation))
-    p.binds.append(Bind(job.id, found.placement, None, verdict.borrowed, note, position))
-    _charge(p, job, found.placement)
+    _bind(p, job, found.placement, position, note=note, borrowed=verdict.borrowed)
     return True, ()
 
 
@@ -531,12 +515,9 @@ def _is_owed(p: _Pass, job: Job, victim: Running) -> bool:
 
 
 def _evict(p: _Pass, job: Job, found: Victims) -> None:
-    """Apply the victims to the pass's state and record the evictions, charging the budget."""
+    """Release the victims from the pass's state and record the evictions (and shrinks),
+    charging the preemption budget; the caller then binds ``job`` like any other bind."""
     p.work = release_victims(p.work, found)
-    p.last_host = None
-    runtime = job.expected_runtime()
-    end = p.now + runtime if runtime is not None else None
-    p.work.allocate(Allocation(job.id, found.placement.grants, end, job.priority))
     for victim in (*found.jobs, *found.shrink):
         run = p.running[victim]
         freed = run.allocation.grants if victim in found.jobs else found.dropped.get(victim, ())
@@ -603,7 +584,8 @@ def _reserve(p: _Pass, job: Job, position: int, reasons: tuple[str, ...]) -> boo
     start = decision.start_time if decision.start_time is not None else p.now
     hosts = frozenset(g.host for g in decision.placement.grants)
     p.reservations.append(Reserve(job.id, start, decision.placement, hosts))
-    detail = (*reasons, f"reserved: starts at t={start:.0f} on {len(hosts)} host(s)")
+    when = span(max(start - p.now, 0.0))
+    detail = (*reasons, f"reserved: starts in {when} (as of this pass) on {len(hosts)} host(s)")
     p.waiting.append(Waiting(job.id, position, WaitReason.RESERVED, detail, start, "reservation"))
     return True
 
@@ -651,8 +633,8 @@ def _start_smaller(p: _Pass, job: Job, position: int, blocked: frozenset[int]) -
                 return False
             if start_full is not None:
                 note += (
-                    f": finishes at t={finish_small:.0f} instead of "
-                    f"t={start_full + runtime:.0f} waiting for all {full}"
+                    f": finishes in {span(finish_small - p.now)} instead of "
+                    f"{span(start_full + runtime - p.now)} waiting for all {full}"
                 )
         verdict = _admit(p, job, placement)
         if not verdict.ok:

@@ -182,12 +182,8 @@ def _growth_gang(cand: _Candidate, extra: int) -> Gang:
 
 def _place_within(state: FleetState, gang: Gang, mask: BoolArray) -> Placement | None:
     """Place ``gang`` on the hosts of ``mask`` only (others cordoned meanwhile, then restored)."""
-    saved = state.cordoned.copy()
-    state.cordoned |= ~mask
-    try:
+    with state.fenced(~mask):
         placement, _ = place_gang(state, gang)
-    finally:
-        state.cordoned = saved
     return placement
 
 

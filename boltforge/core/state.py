@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -98,6 +99,11 @@ class FleetState:
         tree, spans = self.tree, self.tree.fit_spans
         rack = self.rack_free[tree.host_rack] * spans.pod
         return self.host_free * spans.host_weight + rack + self.pod_free[tree.host_pod]
+
+    def fenced(self, hosts: Collection[int] | BoolArray) -> Fence:
+        """``with state.fenced(hosts):`` treats ``hosts`` (host indices, or a mask over
+        hosts) as cordoned inside the block, then restores the cordons as they were."""
+        return Fence(self, hosts)
 
     def copy(self) -> FleetState:
         other = FleetState.__new__(FleetState)
@@ -230,3 +236,23 @@ class FleetState:
         taken = [gpu for gpu in g.gpus if gpu >= self.free.shape[1] or not self.free[g.host, gpu]]
         gpu = taken[0] if taken else g.gpus[0]
         raise Conflict(f"GPU {gpu} of {self.tree.hosts[g.host].name} is not free")
+
+
+class Fence:
+    """Hosts cordoned on a state for the length of a ``with`` block (``FleetState.fenced``);
+    the cordons before it are restored on the way out, whatever happened inside."""
+
+    def __init__(self, state: FleetState, hosts: Collection[int] | BoolArray) -> None:
+        self.state, self.hosts = state, hosts
+        self.saved = state.cordoned
+
+    def __enter__(self) -> FleetState:
+        self.saved = self.state.cordoned.copy()
+        if isinstance(self.hosts, np.ndarray):
+            self.state.cordoned |= self.hosts
+        elif self.hosts:
+            self.state.cordoned[list(self.hosts)] = True
+        return self.state
+
+    def __exit__(self, *exc: object) -> None:
+        self.state.cordoned = self.saved

@@ -114,9 +114,32 @@ class JobSummary(_Reply):
     last_step: int | None = None
 
 
+Verdict = Literal["reachable", "not reachable", "unknown"]
+
+
+class DeadlineOutlook(_Reply):
+    """Whether a live job looks like finishing by its ``deadline``, judged at ``at`` from the
+    fleet the server holds then, if nothing else arrives. ``expected_start``: a waiting job's
+    earliest start by the when-and-where search (never before ``estimated_start``), a
+    running job's bind time; ``expected_finish``: that start plus its ``time_limit``. All
+    times are seconds since the epoch. ``verdict`` is None when the job has no deadline;
+    ``slack_s`` is the deadline minus the finish (positive: to spare, negative: late);
+    ``note`` says what is unknown, and why, when the start or finish is."""
+
+    at: float
+    verdict: Verdict | None = None
+    deadline: float | None = None
+    expected_start: float | None = None
+    expected_finish: float | None = None
+    slack_s: float | None = None
+    note: str = ""
+
+
 class JobDetail(JobSummary):
     """``GET /v1/jobs/{id}``: the summary plus the spec, where each replica runs, why (the
-    placement explanation), why not (the waiting diagnosis), the timeline and the meter."""
+    placement explanation), why not (the waiting diagnosis), the timeline and the meter.
+    ``outlook``: its deadline outlook while it waits or runs, when it has a deadline or a
+    time limit (None otherwise)."""
 
     spec: dict[str, Any] = {}
     epoch: int = 0
@@ -129,6 +152,7 @@ class JobDetail(JobSummary):
     dollars: float = 0.0
     productive_gpu_hours: float = 0.0
     productive_dollars: float = 0.0
+    outlook: DeadlineOutlook | None = None
 
 
 class SubmitReply(_Reply):

@@ -22,6 +22,7 @@ from boltforge.control.cancel import cancel_jobs
 from boltforge.control.intake import Order
 from boltforge.control.lifecycle import LIVE
 from boltforge.control.models import HELD, EventRow, JobRow, LogRow, ReplicaRow
+from boltforge.control.outlook import with_outlook
 from boltforge.control.runtime import Runtime
 from boltforge.control.submit import check_fit, find_by_key, parse_request
 from boltforge.control.views import detail, event_out, stored_summary, summary
@@ -215,9 +216,12 @@ def visible_job(s: Session, job_id: str, who: Caller) -> JobRow:
 
 @router.get("/{job_id}")
 def get_job(job_id: str, who: People, rt: Rt) -> JobDetail:
-    """One job: where it runs and why, or why it waits; its timeline and its meter."""
+    """One job: where it runs and why, or why it waits; its timeline, its meter and, while it
+    waits or runs, its deadline outlook (judged here, from the world kept for replies)."""
+    now = rt.clock()
     with rt.db.session() as s:
-        return detail(s, visible_job(s, job_id, who), rt.clock())
+        found = detail(s, visible_job(s, job_id, who), now)
+    return with_outlook(found, rt.world, now)
 
 
 @router.post("/{job_id}/cancel")
