@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 
 from boltforge.core.cycle import Snapshot, run_cycle, schedule_arrival
-from boltforge.core.gang import Gang
-from boltforge.core.modes import place_now
+from boltforge.core.model.gang import Gang
+from boltforge.core.model.state import Allocation, FleetState
+from boltforge.core.model.workload import Job, Running
+from boltforge.core.placement.modes import place_now
 from boltforge.core.policy import named
-from boltforge.core.state import Allocation, FleetState
-from boltforge.core.workload import Job, Running
 from boltforge.spec.fleet import load_fleet
 from boltforge.testing.builders import make_gang
 

@@ -15,9 +15,9 @@ import random
 import sys
 from pathlib import Path
 
-from boltforge.core.fragmentation import measure
-from boltforge.core.modes import place_now
-from boltforge.core.state import Allocation, FleetState
+from boltforge.core.model.state import Allocation, FleetState
+from boltforge.core.placement.fragmentation import measure
+from boltforge.core.placement.modes import place_now
 from boltforge.spec.fleet import load_fleet
 from boltforge.testing.builders import make_gang, occupy
 from boltforge.testing.exhaustive import first_fit

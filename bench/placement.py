@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from boltforge.core.modes import place_now
+from boltforge.core.placement.modes import place_now
 from boltforge.spec.fleet import load_fleet
 from boltforge.testing.builders import make_gang, occupy
 

@@ -47,10 +47,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from sqlalchemy import func, select
 
 from boltforge.client import ApiFailure, Client
-from boltforge.control.db import Database
-from boltforge.control.invariants import double_allocations
-from boltforge.control.lifecycle import LIVE
-from boltforge.control.models import EventRow, JobRow, ReplicaRow
+from boltforge.control.scheduling.lifecycle import LIVE
+from boltforge.control.store.db import Database
+from boltforge.control.store.invariants import double_allocations
+from boltforge.control.store.models import EventRow, JobRow, ReplicaRow
 from boltforge.testing.processes import LocalCluster
 from boltforge.wire.jobs import TERMINAL, SubmitRequest
 

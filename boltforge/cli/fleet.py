@@ -12,9 +12,9 @@ from rich.table import Table
 
 from boltforge.cli.common import console, print_json, spec_errors
 from boltforge.cli.render import fragmentation_dict
-from boltforge.core.fragmentation import measure
-from boltforge.core.state import FleetState
-from boltforge.core.topology import TopologyTree
+from boltforge.core.model.state import FleetState
+from boltforge.core.model.topology import TopologyTree
+from boltforge.core.placement.fragmentation import measure
 from boltforge.spec.fleet import load_fleet
 from boltforge.spec.state import load_state
 

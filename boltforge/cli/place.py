@@ -12,9 +12,9 @@ import typer
 
 from boltforge.cli.common import console, print_json, spec_errors, timed
 from boltforge.cli.render import decision_dict, print_decision
-from boltforge.core.modes import could_ever_fit, place_now, when_and_where
-from boltforge.core.placement import Decision
-from boltforge.core.state import FleetState
+from boltforge.core.model.state import FleetState
+from boltforge.core.placement.modes import could_ever_fit, place_now, when_and_where
+from boltforge.core.placement.place import Decision
 from boltforge.spec.fleet import load_fleet
 from boltforge.spec.job import load_job
 from boltforge.spec.resolve import to_gang

@@ -7,11 +7,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from boltforge.core.explain import describe
-from boltforge.core.fragmentation import Fragmentation, measure
-from boltforge.core.placement import Decision, Outcome
-from boltforge.core.state import FleetState
-from boltforge.core.topology import TopologyTree
+from boltforge.core.model.state import FleetState
+from boltforge.core.model.topology import TopologyTree
+from boltforge.core.placement.explain import describe
+from boltforge.core.placement.fragmentation import Fragmentation, measure
+from boltforge.core.placement.place import Decision, Outcome
 from boltforge.ranges import ranges
 
 

@@ -11,14 +11,14 @@ from platformdirs import user_data_dir
 from sqlalchemy import select
 
 from boltforge.cli.common import errors, spec_errors
-from boltforge.control.agents import LeaseTerms
 from boltforge.control.auth import new_token
-from boltforge.control.db import Database, default_url
-from boltforge.control.models import TokenRow
+from boltforge.control.nodes.agents import LeaseTerms
 from boltforge.control.runtime import ServerConfig
+from boltforge.control.store.db import Database, default_url
+from boltforge.control.store.models import TokenRow
 from boltforge.core.health import HealthRules, StragglerAction
 from boltforge.core.policy import POLICIES
-from boltforge.core.victims import PreemptRules
+from boltforge.core.preempt.victims import PreemptRules
 from boltforge.spec import units
 from boltforge.spec.teams import TeamsSpec, load_teams
 

@@ -22,10 +22,10 @@ from boltforge.cli.common import EXIT_BAD_INPUT, console, errors, print_json, sp
 from boltforge.core.policy import POLICIES, named
 from boltforge.sim.costs import COST_COLUMNS, cost_rows
 from boltforge.sim.engine import SimConfig, simulate
-from boltforge.sim.jobs import with_deadlines
+from boltforge.sim.jobs import with_deadlines, with_elastic
 from boltforge.sim.metrics import Metrics, compute, to_json
 from boltforge.sim.records import SimResult, TraceJob
-from boltforge.sim.report import COLUMNS, comparison_rows, write_report
+from boltforge.sim.report import COLUMNS, ELASTIC_KEYS, comparison_rows, write_report
 from boltforge.sim.spot import reclaims_of
 from boltforge.sim.traces import TraceError, load_trace, offered_load, scale_load
 from boltforge.spec.fleet import FleetSpec, load_fleet, load_fleet_spec
@@ -45,6 +45,9 @@ JSON_KEYS = (
     "makespan_s",
     "preemptions",
     "failures",
+    "elastic_starts",
+    "grows",
+    "shrinks",
     "gpu_hours_lost",
     "gpu_hours_slowed",
     "jain_fairness",
@@ -126,6 +129,13 @@ def simulate_command(
     deadline_slack: Annotated[
         float, typer.Option(min=0.0, help="A deadline is submit + slack x runtime.")
     ] = 2.0,
+    elastic_share: Annotated[
+        float,
+        typer.Option(
+            help="Fraction of multi-replica jobs made elastic (seeded): each may run at half "
+            "to twice its replicas, started smaller, shrunk instead of preempted, grown."
+        ),
+    ] = 0.0,
     team_queues: Annotated[
         bool, typer.Option(help="One fair-share queue per team (off: teams share one factor).")
     ] = True,
@@ -148,9 +158,13 @@ def simulate_command(
     Runs go in parallel processes. A spot pool with a ``reclaim`` process loses hosts at random
     (seeded); ``--deadline-share`` gives that fraction of jobs a deadline. With several fleets,
     or with reclaims or deadlines, a cost table (dollars by pool, JCT, deadlines met, what
-    reclaims cost) follows the comparison. Exits 2 on a bad fleet, trace, policy name or option.
+    reclaims cost) follows the comparison. ``--elastic-share`` makes that fraction of the jobs
+    that span hosts elastic on each fleet (``boltforge.sim.jobs.with_elastic``); the figures
+    then count elastic starts, grows and shrinks. Exits 2 on a bad fleet, trace, policy name
+    or option.
     """
     names = _policies(policy)
+    _check_share("--elastic-share", elastic_share, "of multi-replica jobs made elastic")
     specs = _fleets(fleet)
     jobs = _trace(trace, format, teams, seed, load_scale, limit)
     if deadline_share > 0:
@@ -165,7 +179,7 @@ def simulate_command(
         checkpoint_write_s=checkpoint_write,
         cost_routing=cost_routing,
     )
-    runs = _runs(fleet, specs, names, jobs, base)
+    runs = _runs(fleet, specs, names, jobs, base, elastic_share)
     for spec in specs:
         total = spec.to_tree().total_gpus
         load = offered_load(jobs, total) if len(jobs) > 1 else 0.0
@@ -196,6 +210,18 @@ def simulate_command(
         _print_costs(metrics)
 
 
+def _check_share(option: str, value: float, what: str) -> None:
+    """Exit 2 naming ``option`` and the fix when ``value`` is not a fraction in [0, 1]."""
+    if 0.0 <= value <= 1.0:
+        return
+    errors.print(
+        f"[bold red]error[/] {option}: {value:g} is not between 0 and 1; give the fraction "
+        f"{what}, e.g. {option} 0.3 for 30%",
+        highlight=False,
+    )
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
 def _fleets(paths: list[Path]) -> list[FleetSpec]:
     """Each fleet spec, validated (exit 2 naming the field on a problem)."""
     with spec_errors():
@@ -208,19 +234,35 @@ def _runs(
     names: list[str],
     trace: list[TraceJob],
     base: SimConfig,
+    elastic_share: float = 0.0,
 ) -> list[Job]:
     """One run per fleet and policy. Labels are the policy names on one fleet, the fleet names
     when one policy runs on several fleets, else ``fleet:policy``; fleets that share a name are
-    told apart by file name."""
+    told apart by file name. With ``elastic_share``, each fleet replays the trace with that
+    share of its multi-replica jobs (on that fleet's hosts) elastic, the same for every
+    policy."""
     fleet_names = [s.name for s in specs]
     if len(set(fleet_names)) < len(fleet_names):
         fleet_names = [str(p) for p in paths]
     out = []
     for path, spec, fleet_name in zip(paths, specs, fleet_names, strict=True):
+        jobs = _elastic(trace, spec, elastic_share, base.seed)
         for n in names:
             config = replace(base, policy=named(n), reclaims=reclaims_of(spec))
-            out.append(Job(_label(fleet_name, n, len(specs), len(names)), path, trace, config))
+            out.append(Job(_label(fleet_name, n, len(specs), len(names)), path, jobs, config))
     return out
+
+
+def _elastic(trace: list[TraceJob], spec: FleetSpec, share: float, seed: int) -> list[TraceJob]:
+    """``trace`` with ``share`` of the jobs that span more than one of ``spec``'s largest hosts
+    made elastic (``trace`` itself when ``share`` is 0)."""
+    if share <= 0:
+        return trace
+    tree = spec.to_tree()
+    host_gpus = int(tree.host_gpus.max(initial=0))
+    if host_gpus <= 0:
+        return trace
+    return with_elastic(trace, share, seed, host_gpus, tree.total_gpus)
 
 
 def _label(fleet: str, policy: str, fleets: int, policies: int) -> str:
@@ -342,23 +384,40 @@ def _print_table(metrics: dict[str, Metrics], wall: float, results: dict[str, Si
     for row in comparison_rows(metrics):
         table.add_row(*(_short(k, row[k]) for k, _ in TERMINAL_COLUMNS))
     console.print(table)
+    if _elastic_activity(metrics):
+        counts = "; ".join(
+            f"{n} {m.elastic_starts} started smaller, {m.grows} grows, {m.shrinks} shrinks"
+            for n, m in metrics.items()
+        )
+        console.print(f"elastic jobs: {counts}", highlight=False)
     rates = ", ".join(f"{n} {len(r.jobs) / max(r.wall_s, 1e-9):,.0f}" for n, r in results.items())
     console.print(f"wall {wall:.1f} s; jobs simulated per second: {rates}", highlight=False)
 
 
-# The columns of ``--markdown``: every comparison figure but the job counts and dollars.
-MARKDOWN_COLUMNS = tuple((k, h) for k, h in COLUMNS if k not in ("jobs", "finished", "dollars"))
+# The columns of ``--markdown``: every comparison figure but the job counts, dollars and the
+# elastic counters (``ELASTIC_COLUMNS``, added at the end when some job started small or resized).
+MARKDOWN_COLUMNS = tuple(
+    (k, h) for k, h in COLUMNS if k not in ("jobs", "finished", "dollars", *ELASTIC_KEYS)
+)
+ELASTIC_COLUMNS = tuple((k, h) for k, h in COLUMNS if k in ELASTIC_KEYS)
+
+
+def _elastic_activity(metrics: dict[str, Metrics]) -> bool:
+    """Whether any run started a job below its size or resized one."""
+    return any(m.elastic_starts or m.grows or m.shrinks for m in metrics.values())
 
 
 def markdown_table(metrics: dict[str, Metrics]) -> str:
-    """The comparison as a Markdown table, figures formatted as on the report page."""
-    header = [h for _, h in MARKDOWN_COLUMNS]
+    """The comparison as a Markdown table, figures formatted as on the report page; the
+    elastic counters are the last columns when any run has one above zero."""
+    columns = MARKDOWN_COLUMNS + (ELASTIC_COLUMNS if _elastic_activity(metrics) else ())
+    header = [h for _, h in columns]
     lines = [
         "| " + " | ".join(header) + " |",
         "|" + "|".join(["---", *("---:" for _ in header[1:])]) + "|",
     ]
     for row in comparison_rows(metrics):
-        lines.append("| " + " | ".join(row[k] for k, _ in MARKDOWN_COLUMNS) + " |")
+        lines.append("| " + " | ".join(row[k] for k, _ in columns) + " |")
     return "\n".join(lines) + "\n"
 
 

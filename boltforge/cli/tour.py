@@ -10,9 +10,9 @@ from rich.rule import Rule
 
 from boltforge.cli.fleet import fleet_summary, print_summary
 from boltforge.cli.render import decision_dict, print_decision
-from boltforge.core.gang import Gang
-from boltforge.core.modes import when_and_where
-from boltforge.core.state import FleetState
+from boltforge.core.model.gang import Gang
+from boltforge.core.model.state import FleetState
+from boltforge.core.placement.modes import when_and_where
 from boltforge.spec.fleet import load_fleet
 from boltforge.spec.job import parse_job
 from boltforge.spec.loader import read_yaml

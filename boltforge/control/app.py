@@ -15,11 +15,11 @@ from fastapi.telemetry import TelemetryConfig
 
 from boltforge import __version__
 from boltforge import console as web
-from boltforge.control import metrics
 from boltforge.control.api import admin, agents, console, cost, errors, jobs, nodes, stream
 from boltforge.control.api.headers import AskedGZip
 from boltforge.control.api.overload import install as install_overload
 from boltforge.control.runtime import Runtime, ServerConfig
+from boltforge.control.views import metrics
 
 log = logging.getLogger(__name__)
 NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}

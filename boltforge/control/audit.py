@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from boltforge.control.auth import Caller
-from boltforge.control.models import AuditRow
+from boltforge.control.store.models import AuditRow
 
 
 def audit(s: Session, caller: Caller, action: str, target: str, at: float, **detail: Any) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from boltforge.control.models import TokenRow
+from boltforge.control.store.models import TokenRow
 
 ROLES = ("admin", "member", "viewer", "agent")
 

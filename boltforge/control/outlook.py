@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from boltforge.control.lifecycle import HOLDING, WAITING
-from boltforge.control.world import World
-from boltforge.core.deadlines import Outlook, deadline_outlook, running_outlook
+from boltforge.control.scheduling.lifecycle import HOLDING, WAITING
+from boltforge.control.scheduling.world import World
+from boltforge.core.queueing.deadlines import Outlook, deadline_outlook, running_outlook
 from boltforge.wire.jobs import DeadlineOutlook, JobDetail, Verdict
 
 

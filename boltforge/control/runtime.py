@@ -9,25 +9,25 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import select
 
-from boltforge.control.actuate import Settings
-from boltforge.control.agents import LeaseTerms, extend_leases
 from boltforge.control.auth import Caller, create_token, digest
-from boltforge.control.batch import Batcher
-from boltforge.control.db import Database
-from boltforge.control.feed import Feed
-from boltforge.control.fleet import Fleet
-from boltforge.control.intake import Intake
-from boltforge.control.loop import Scheduler
-from boltforge.control.mirror import Mirror
-from boltforge.control.models import TokenRow
+from boltforge.control.jobs.intake import Intake
+from boltforge.control.nodes.agents import LeaseTerms, extend_leases
+from boltforge.control.nodes.feed import Feed
+from boltforge.control.nodes.reports import read_ahead
 from boltforge.control.notify import Notifier
-from boltforge.control.quotas import TeamQuotas
-from boltforge.control.reports import read_ahead
-from boltforge.control.utilization import History, fragmentation_index, sample
-from boltforge.control.world import Caches, World, fleet_of, load_world
+from boltforge.control.scheduling.actuate import Settings
+from boltforge.control.scheduling.fleet import Fleet
+from boltforge.control.scheduling.loop import Scheduler
+from boltforge.control.scheduling.quotas import TeamQuotas
+from boltforge.control.scheduling.world import Caches, World, fleet_of, load_world
+from boltforge.control.store.batch import Batcher
+from boltforge.control.store.db import Database
+from boltforge.control.store.mirror import Mirror
+from boltforge.control.store.models import TokenRow
+from boltforge.control.views.utilization import History, fragmentation_index, sample
 from boltforge.core.health import HealthRules
 from boltforge.core.policy import named
-from boltforge.core.victims import PreemptRules
+from boltforge.core.preempt.victims import PreemptRules
 from boltforge.spec.teams import Budget, TeamsSpec
 
 VIEW_FRESH_S = 1.0  # how long a reply may reuse the world it read, while nothing changed
@@ -44,7 +44,7 @@ class ServerConfig:
     ``sample_every_s``: how often the console's utilization history takes a sample.
     ``overlap``: full passes are planned in a thread of their own while arrivals, reports
     and heartbeats go on, and applied when done, keeping the decisions that still hold
-    (``control/planning.py``); off, each is planned and applied inside one pass."""
+    (``control/scheduling/planning.py``); off, each is planned and applied inside one pass."""
 
     db_url: str
     checkpoint_root: str

@@ -25,7 +25,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from boltforge.core.answers import Placement
 from boltforge.core.decisions import (
     Bind,
     CycleResult,
@@ -36,31 +35,37 @@ from boltforge.core.decisions import (
     WaitReason,
 )
 from boltforge.core.elastic import grow, growth_id
-from boltforge.core.estimates import fill_estimates
-from boltforge.core.fairshare import order as fair_order
-from boltforge.core.firstfit import first_fit
-from boltforge.core.gang import Gang
-from boltforge.core.lookahead import place_with_lookahead
-from boltforge.core.modes import could_ever_fit, fits_empty, place_now, when_and_where
-from boltforge.core.ordering import FairOrder, las_queue, order_jobs
-from boltforge.core.placement import Outcome
+from boltforge.core.model.gang import Gang
+from boltforge.core.model.state import Allocation, Conflict, FleetState, Grant
+from boltforge.core.model.topology import TopologyTree
+from boltforge.core.model.workload import Job, Running, Usage
+from boltforge.core.placement.answers import Placement
+from boltforge.core.placement.firstfit import first_fit
+from boltforge.core.placement.lookahead import place_with_lookahead
+from boltforge.core.placement.modes import (
+    could_ever_fit,
+    fits_empty,
+    place_now,
+    when_and_where,
+)
+from boltforge.core.placement.place import Outcome
+from boltforge.core.placement.recovery import recover
+from boltforge.core.placement.routing import Route, RoutingFacts, fences, note_for, route_job
+from boltforge.core.placement.single import plan_on_host
 from boltforge.core.policy import Backfill, Ordering, Policy
-from boltforge.core.preempt import (
+from boltforge.core.preempt.choose import (
     NoVictims,
     Victims,
     find_victims,
     preemption_worth_it,
     release_victims,
 )
-from boltforge.core.preempt_text import span
-from boltforge.core.quota import QuotaTree, Verdict, admit, reclaimable_for
-from boltforge.core.recovery import recover
-from boltforge.core.routing import Route, RoutingFacts, fences, note_for, route_job
-from boltforge.core.single import plan_on_host
-from boltforge.core.state import Allocation, Conflict, FleetState, Grant
-from boltforge.core.topology import TopologyTree
-from boltforge.core.victims import standing_of
-from boltforge.core.workload import Job, Running, Usage
+from boltforge.core.preempt.text import span
+from boltforge.core.preempt.victims import standing_of
+from boltforge.core.queueing.estimates import fill_estimates
+from boltforge.core.queueing.fairshare import order as fair_order
+from boltforge.core.queueing.ordering import FairOrder, las_queue, order_jobs
+from boltforge.core.queueing.quota import QuotaTree, Verdict, admit, reclaimable_for
 
 # Lookahead window: how many jobs behind the one being placed it checks (policy.lookahead
 # bounds how far down the queue lookahead runs at all).
@@ -220,7 +225,9 @@ def _consider_one(
     blocked = _blocked_hosts(p, job)
     shape = _shape(job.gang, blocked)
     route = None if p.routing is None else route_job(p.work.tree, job, p.routing, p.now)
-    if route is not None:  # cost-aware routing (core/routing.py): the route is part of the shape
+    if (
+        route is not None
+    ):  # cost-aware routing (core/placement/routing.py): the route is part of the shape
         shape = (*shape, route.key)
     if shape in p.failed_shapes:
         reason, detail = p.failed_shapes[shape]
@@ -272,7 +279,7 @@ def _release_hold(p: _Pass, job: Job) -> Allocation | None:
 
 def _recover(p: _Pass, job: Job, position: int) -> bool:
     """Restart a job that lost hosts on the GPUs it kept, replacing only the lost replicas
-    with the closest healthy hosts (``core/recovery.py``), outside reserved hosts it would
+    with the closest healthy hosts (``core/placement/recovery.py``), outside reserved hosts it would
     delay and within its quota. Returns whether it was bound."""
     assert job.held is not None
     with p.work.fenced(_blocked_hosts(p, job)):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from boltforge.core.answers import Placement
-from boltforge.core.state import Grant
+from boltforge.core.model.state import Grant
+from boltforge.core.placement.answers import Placement
 
 
 class WaitReason(StrEnum):

@@ -29,16 +29,16 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from boltforge.core.answers import Placement
 from boltforge.core.decisions import Resize
-from boltforge.core.gang import Gang, Role
-from boltforge.core.hostfit import eligible_hosts, host_fit
-from boltforge.core.levels import Level
-from boltforge.core.placement import domain_column, place_gang
+from boltforge.core.model.gang import Gang, Role
+from boltforge.core.model.levels import Level
+from boltforge.core.model.state import Allocation, FleetState, Grant
+from boltforge.core.model.topology import BoolArray
+from boltforge.core.model.workload import Running
+from boltforge.core.placement.answers import Placement
+from boltforge.core.placement.hostfit import eligible_hosts, host_fit
+from boltforge.core.placement.place import domain_column, place_gang
 from boltforge.core.policy import Policy
-from boltforge.core.state import Allocation, FleetState, Grant
-from boltforge.core.topology import BoolArray
-from boltforge.core.workload import Running
 
 __all__ = ["GROW_SUFFIX", "grow", "growth_id"]
 

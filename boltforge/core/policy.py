@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from boltforge.core.victims import PreemptRules
+from boltforge.core.preempt.victims import PreemptRules
 
 
 class Ordering(StrEnum):

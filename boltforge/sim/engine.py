@@ -5,8 +5,12 @@ do) and asks ``core.cycle`` what to do, exactly as the control plane does: an ar
 incremental pass (``schedule_arrival``); anything that frees capacity (a completion, a failure,
 a repaired host) and the optional interval tick get a full pass (``run_cycle``). Events that
 fall on the same instant are applied together before the scheduler runs once. Evictions are
-applied before binds. Nothing reads the wall clock or a global random state: the same trace,
-fleet, configuration and seed give the same result.
+applied before binds, and growths of elastic jobs after them. An elastic job shrunk instead of
+evicted, or grown into free capacity, is resized in place: it checkpoints, keeps its progress
+and runs on at its new size after the restart overhead, without going back to the queue (see
+``boltforge.sim.execution``); capacity freed while such a job runs below its maximum gets a
+full pass even when nothing waits, so it can grow. Nothing reads the wall clock or a global
+random state: the same trace, fleet, configuration and seed give the same result.
 """
 
 from __future__ import annotations
@@ -18,24 +22,27 @@ from enum import IntEnum
 
 import numpy as np
 
-from boltforge.core.answers import Placement
+from boltforge.core.billing.meter import pool_dollars
 from boltforge.core.cycle import Snapshot, run_cycle, schedule_arrival
-from boltforge.core.decisions import CycleResult, Reserve
-from boltforge.core.fairshare import decay
-from boltforge.core.fragmentation import measure
-from boltforge.core.modes import fits_empty, shape_of
-from boltforge.core.placement import place_gang
+from boltforge.core.decisions import CycleResult, Evict, Reserve, Resize
+from boltforge.core.model.gang import Gang
+from boltforge.core.model.state import Allocation, FleetState, Grant
+from boltforge.core.model.topology import TopologyTree
+from boltforge.core.model.workload import Job, Running, Usage
+from boltforge.core.placement.answers import Placement
+from boltforge.core.placement.fragmentation import measure
+from boltforge.core.placement.modes import fits_empty, shape_of
+from boltforge.core.placement.place import place_gang
+from boltforge.core.placement.routing import RoutingFacts
 from boltforge.core.policy import Ordering, Policy
-from boltforge.core.quota import QueueSpec, QuotaTree, lineage
-from boltforge.core.routing import RoutingFacts
-from boltforge.core.state import FleetState
-from boltforge.core.topology import TopologyTree
-from boltforge.core.workload import Job, Running, Usage
+from boltforge.core.queueing.quota import QueueSpec, QuotaTree
+from boltforge.core.queueing.usage import Holding, carry
 from boltforge.sim.execution import (
     Segment,
     evacuated,
     finished,
     interrupted,
+    regranted_slowdown,
     slowdown,
     warmup_gpu_s,
 )
@@ -58,9 +65,9 @@ class SimConfig:
     and only the dominant-share tie-break tells teams apart. ``reclaims``: the reclaim process
     of each spot pool, by pool name (see ``boltforge.sim.spot``); ``checkpoint_write_s``: how
     long a job takes to write a checkpoint when a reclaim warns it. ``cost_routing``: hand the
-    cycle the facts cost-aware routing needs (``boltforge.core.routing``): each pool's
-    interruptions per host-hour (its reclaim rate plus the failure rate) and each job's spot
-    reclaims so far; off, the cycle places jobs without regard to price.
+    cycle the facts cost-aware routing needs (``boltforge.core.placement.routing``): each
+    pool's interruptions per host-hour (its reclaim rate plus the failure rate) and each
+    job's spot reclaims so far; off, the cycle places jobs without regard to price.
     """
 
     policy: Policy
@@ -133,7 +140,7 @@ class Simulation:
         self.recent: list[tuple[float, int]] = []
         self.usage = Usage()
         self.quota = team_tree(trace) if config.team_queues else None
-        self.accrued: dict[str, float] = {}
+        self.ended: list[Holding] = []  # segments ended since usage.as_of (fair order only)
         self.ideal: dict[object, Placement | None] = {}
         self.events: list[tuple[float, int, int, str]] = []
         self.seq = 0
@@ -208,7 +215,7 @@ class Simulation:
                 if self.config.interval_s and self.done < len(self.trace):
                     self._push(t + self.config.interval_s, Kind.TICK)
         self._admit(arrived)
-        if (freed or tick) and self.pending:
+        if (freed or tick) and (self.pending or self._may_grow()):
             self._full_pass()
         elif arrived:
             self._arrivals([a for a in arrived if a in self.pending])
@@ -273,47 +280,84 @@ class Simulation:
         bumped = {k: self.records[k].reclaims for k in self.pending if self.records[k].reclaims}
         return RoutingFacts(rates, bumped)
 
+    def _may_grow(self) -> bool:
+        """Whether a full pass could grow a running job: the policy resizes and an elastic job
+        runs below its maximum. Capacity freed with nobody waiting gets a full pass then."""
+        if not self.policy.elastic:
+            return False
+        return any(_below_maximum(live.run) for live in self.live.values())
+
     def _apply(self, result: CycleResult) -> None:
+        """Act on a pass's decisions in the order the core made them: evictions and shrinks
+        (which free what the binds use), then binds, then growths (placed on what is left)."""
         self.result.cycles += 1
         for ev in result.evictions:
             if ev.job in self.live:
-                self._interrupt(ev.job, Cause.PREEMPTED)
+                self._evict(ev)
         for bind in result.binds:
             self._start(bind.job, bind.placement)
+        for resize in result.resizes:
+            if resize.job in self.live:
+                self._grow(resize)
 
     # -- job lifecycle -------------------------------------------------------------------
 
     def _start(self, key: str, placement: Placement) -> None:
+        """Start pending ``key`` on ``placement``: at its requested size, or smaller when the
+        cycle started an elastic job on fewer replicas (it then runs that much slower)."""
         job = self.pending.pop(key)
         record = self.records[key]
         warmup = self.config.restart_overhead_s if record.start_s is not None else 0.0
         if record.start_s is None:
             record.start_s = self.now
-        factor = slowdown(placement, self._ideal(job))
-        record.slowdown = factor
+        grants = placement.grants
+        if len(grants) < job.gang.roles[0].replicas:
+            record.elastic_starts += 1
+        factor = slowdown(placement, self._ideal(job, len(grants)))
+        self._run(key, job, grants, factor, warmup, None)
+
+    def _run(
+        self,
+        key: str,
+        job: Job,
+        grants: tuple[Grant, ...],
+        factor: float,
+        warmup: float,
+        resized: float | None,
+    ) -> None:
+        """Open a run segment of ``job`` on ``grants`` now: allocate them, count its productive
+        rate and schedule its finish (a new token, so FINISH events of earlier segments are
+        stale). Its expected end in the state is its time limit stretched to the size it runs
+        at. ``resized``: when it was last resized in place (the core's resize window)."""
+        gpus = sum(len(g.gpus) for g in grants)
+        size = gpus / job.gpus
         limit = job.expected_runtime()
-        end = self.now + limit if limit is not None else None
-        self.state.allocate(placement.allocation(end, job.priority))
-        run = Running(
-            job, self.state.allocations[key], self.now, None, self.last_preempted.get(key)
-        )
-        segment = Segment(self.now, job.gpus, factor, warmup)
+        end = self.now + limit / size if limit is not None else None
+        self.state.allocate(Allocation(key, grants, end, job.priority))
+        allocation = self.state.allocations[key]
+        last_preempted = self.last_preempted.get(key)
+        run = Running(job, allocation, self.now, None, last_preempted, last_resized=resized)
+        segment = Segment(self.now, gpus, factor, warmup, size)
+        self.records[key].slowdown = factor
         self.seq += 1
         self.live[key] = _Live(run, segment, self.seq)
-        self.productive_rate += job.gpus / factor
+        self.productive_rate += gpus / factor
         heapq.heappush(
             self.events,
             (segment.finish_time(self.remaining[key]), int(Kind.FINISH), self.seq, key),
         )
 
-    def _ideal(self, job: Job) -> Placement | None:
-        shape = shape_of(job.gang)
+    def _ideal(self, job: Job, replicas: int) -> Placement | None:
+        """The empty fleet's placement of ``job`` at ``replicas`` replicas of its first role
+        (what its speed is measured against), computed once per shape."""
+        gang = _with_replicas(job, replicas)
+        shape = shape_of(gang)
         if shape not in self.ideal:
-            self.ideal[shape] = place_gang(FleetState(self.tree), job.gang)[0]
+            self.ideal[shape] = place_gang(FleetState(self.tree), gang)[0]
         return self.ideal[shape]
 
     def _finish(self, key: str, token: int) -> bool:
-        """A FINISH event; stale ones (the job was interrupted since) are ignored."""
+        """A FINISH event; stale ones (the job was interrupted or resized since) are ignored."""
         live = self.live.get(key)
         if live is None or token != live.token:
             return False
@@ -342,7 +386,7 @@ class Simulation:
         if cause == Cause.PREEMPTED:
             record.preemptions += 1
             self.last_preempted[key] = self.now
-            self.recent.append((self.now, job.gpus))
+            self.recent.append((self.now, seg.gpus))
         elif cause == Cause.FAILED:
             record.failures += 1
         else:
@@ -350,6 +394,42 @@ class Simulation:
             record.reclaim_lost_gpu_s += out.lost_gpu_s - warmup_gpu_s(seg, self.now)
         attained = job.attained_gpu_seconds + out.allocated_gpu_s
         self.pending[key] = replace(job, attained_gpu_seconds=attained)
+
+    def _evict(self, ev: Evict) -> None:
+        """An eviction: a shrink (``ev.keep``) resizes the job in place onto the grants it
+        keeps and counts against the churn budget the GPUs it gave up; anything else stops
+        the job and requeues it."""
+        if ev.shrink_to is None or not ev.keep:
+            self._interrupt(ev.job, Cause.PREEMPTED)
+            return
+        given_up = self.live[ev.job].segment.gpus - sum(len(g.gpus) for g in ev.keep)
+        self._resize(ev.job, ev.keep)
+        self.records[ev.job].shrinks += 1
+        self.recent.append((self.now, given_up))
+
+    def _grow(self, resize: Resize) -> None:
+        """A growth: the job resizes in place onto the grants it holds plus the added ones."""
+        held = self.live[resize.job].run.allocation.grants
+        self._resize(resize.job, (*held, *resize.added.grants))
+        self.records[resize.job].grows += 1
+
+    def _resize(self, key: str, grants: tuple[Grant, ...]) -> None:
+        """Resize running ``key`` in place onto ``grants``, without requeueing it.
+
+        It checkpoints first, so the segment that ends keeps all its progress (only restart
+        time still inside its warm-up is lost) and is charged as any segment; the new segment
+        on ``grants`` starts at once with the restart overhead as warm-up, at the speed of its
+        new size and placement. Its GPUs go back to the state and are taken again at once, so
+        nothing else can take them in between; a grant that is not free raises ``Conflict``.
+        """
+        live = self._stop(key)
+        out = evacuated(live.segment, self.now)
+        self._charge(key, live, out.allocated_gpu_s, out.productive_gpu_s, out.lost_gpu_s)
+        self.remaining[key] = max(self.remaining[key] - out.work_s, 0.0)
+        job = live.run.job
+        job = replace(job, attained_gpu_seconds=job.attained_gpu_seconds + out.allocated_gpu_s)
+        factor = regranted_slowdown(self.tree, grants, self._ideal(job, len(grants)))
+        self._run(key, job, grants, factor, self.config.restart_overhead_s, self.now)
 
     def _stop(self, key: str) -> _Live:
         live = self.live.pop(key)
@@ -366,17 +446,12 @@ class Simulation:
         for g in live.run.allocation.grants:
             name = self.tree.pool_of(g.host).name
             pools[name] = pools.get(name, 0) + len(g.gpus)
-        seconds = self.now - live.segment.start
-        for name, gpus in pools.items():
-            dollars = gpus * seconds * self.prices[name] / 3600.0
+        by_pool = self.result.dollars_by_pool
+        for name, dollars in pool_dollars(pools, self.prices, live.segment.start, self.now).items():
             record.dollars += dollars
-            by_pool = self.result.dollars_by_pool
             by_pool[name] = by_pool.get(name, 0.0) + dollars
-        queue = live.run.job.queue
-        since = max(self.usage.as_of, live.segment.start)
-        self.accrued[queue] = self.accrued.get(queue, 0.0) + live.segment.gpus * max(
-            self.now - since, 0.0
-        )
+        if self.policy.ordering == Ordering.FAIR:
+            self.ended.append(self._holding(live, self.now))
 
     def _drop(self) -> None:
         self.done += 1
@@ -452,18 +527,21 @@ class Simulation:
     # -- fair share and samples ----------------------------------------------------------
 
     def _refresh_usage(self) -> None:
+        """Under fair order, at most every ``usage_refresh_s``: carry usage forward to now
+        exactly (``core.usage.carry``, the computation the server shares) with the segments
+        that ended since the last refresh and the open ones, which count up to now."""
         if self.policy.ordering != Ordering.FAIR:
             return
         if self.now - self.usage.as_of < self.config.usage_refresh_s:
             return
-        running = [live.run for live in self.live.values()]
-        usage = decay(self.usage, self.now, self.policy.half_life_s, running)
-        merged = dict(usage.by_queue)
-        for queue, gpu_s in self.accrued.items():
-            for q in lineage(queue):
-                merged[q] = merged.get(q, 0.0) + gpu_s
-        self.accrued = {}
-        self.usage = Usage(merged, self.now)
+        held = self.ended + [self._holding(live, None) for live in self.live.values()]
+        self.usage = carry(self.usage, self.now, self.policy.half_life_s, held)
+        self.ended = []
+
+    @staticmethod
+    def _holding(live: _Live, end: float | None) -> Holding:
+        """``live``'s segment as fair-share usage sees it, ended at ``end`` (None: open)."""
+        return Holding(live.run.job.queue, live.segment.gpus, live.segment.start, end)
 
     def _sample(self) -> None:
         allocated = self.tree.total_gpus - int(self.state.host_free.sum())
@@ -476,6 +554,22 @@ class Simulation:
                 measure(self.state).index,
             )
         )
+
+
+def _below_maximum(run: Running) -> bool:
+    """Whether ``run`` is of an elastic job holding fewer replicas than its maximum."""
+    elastic = run.job.elastic
+    return elastic is not None and len(run.allocation.grants) < elastic[1]
+
+
+def _with_replicas(job: Job, replicas: int) -> Gang:
+    """``job``'s gang with ``replicas`` replicas of its first role (the gang itself when that
+    is its size)."""
+    first = job.gang.roles[0]
+    if replicas == first.replicas:
+        return job.gang
+    roles = (replace(first, replicas=replicas), *job.gang.roles[1:])
+    return replace(job.gang, roles=roles)
 
 
 def team_tree(trace: list[TraceJob]) -> QuotaTree:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
 
-from boltforge.core.gang import Gang, Role
-from boltforge.core.workload import BATCH, Job
+from boltforge.core.model.gang import Gang, Role
+from boltforge.core.model.workload import Job
 from boltforge.sim.records import TraceJob
 
 # Time limits users typically ask for, in hours; a job asks for the smallest that covers its
@@ -37,10 +38,12 @@ def time_limit(duration_s: float) -> float:
 def to_job(
     t: TraceJob, host_gpus: int, checkpoint_interval_s: float, restart_overhead_s: float
 ) -> Job:
-    """The core ``Job`` for trace job ``t``: batch class, charged to its team's queue, spot
-    capacity allowed, with ``t``'s deadline if it has one."""
+    """The core ``Job`` for trace job ``t``: one role of ``per_replica`` GPUs per replica, of
+    ``t``'s class, charged to its team's queue, spot capacity allowed, with ``t``'s deadline
+    and elastic range if it has them (see ``elastic_range``)."""
     g = per_replica(t.gpus, host_gpus)
-    gang = Gang(t.id, (Role("main", t.gpus // g, g),), team=t.team, priority=BATCH)
+    replicas = t.gpus // g
+    gang = Gang(t.id, (Role("main", replicas, g),), team=t.team, priority=t.priority)
     return Job(
         t.id,
         gang,
@@ -50,7 +53,59 @@ def to_job(
         checkpoint_interval=checkpoint_interval_s,
         restart_overhead=restart_overhead_s,
         deadline=t.deadline_s,
+        elastic=elastic_range(t.elastic, replicas),
     )
+
+
+def elastic_range(declared: tuple[int, int] | None, replicas: int) -> tuple[int, int] | None:
+    """The replica range the core gets for a job of ``replicas`` declared ``declared``: at
+    least one replica, and always including the requested size (a range declared for another
+    host size is widened to it). None when the job is rigid or the range is just its size."""
+    if declared is None:
+        return None
+    low = max(1, min(declared[0], replicas))
+    high = max(declared[1], replicas)
+    return None if low == high else (low, high)
+
+
+def with_elastic(
+    trace: list[TraceJob],
+    share: float,
+    seed: int,
+    host_gpus: int,
+    fleet_gpus: int | None = None,
+) -> list[TraceJob]:
+    """``trace`` with a seeded ``share`` of its multi-replica jobs made elastic.
+
+    A job is multi-replica when it needs more than one host of ``host_gpus`` GPUs (it is split
+    into ``R`` replicas of ``per_replica`` GPUs). The chosen ones get the range half to twice
+    their size: ``(ceil(R / 2), 2 R)`` replicas, the top clipped to what ``fleet_gpus`` holds
+    (never below ``R``). Exactly ``share x multi-replica jobs`` (rounded half up) are chosen,
+    the first of one seeded shuffle, so the same trace and seed always pick the same jobs and
+    a larger share picks a superset; other jobs keep their ``elastic`` as it was. Raises
+    ``ValueError`` when ``share`` is not between 0 and 1 or ``host_gpus`` is not positive.
+    """
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"elastic share {share} is not between 0 and 1")
+    if host_gpus <= 0:
+        raise ValueError(f"host size {host_gpus} must be a positive number of GPUs")
+    multi = [i for i, t in enumerate(trace) if t.gpus > host_gpus]
+    order = np.random.default_rng([seed, 7919]).permutation(len(multi))
+    chosen = {multi[k] for k in order[: math.floor(share * len(multi) + 0.5)]}
+    out = list(trace)
+    for i in sorted(chosen):
+        out[i] = replace(trace[i], elastic=_half_to_double(trace[i].gpus, host_gpus, fleet_gpus))
+    return out
+
+
+def _half_to_double(gpus: int, host_gpus: int, fleet_gpus: int | None) -> tuple[int, int]:
+    """``(ceil(R / 2), 2 R)`` replicas for a job of ``gpus``, the top clipped to the fleet."""
+    g = per_replica(gpus, host_gpus)
+    replicas = gpus // g
+    high = 2 * replicas
+    if fleet_gpus is not None:
+        high = max(replicas, min(high, fleet_gpus // g))
+    return (replicas + 1) // 2, high
 
 
 def with_deadlines(trace: list[TraceJob], slack: float, share: float, seed: int) -> list[TraceJob]:

@@ -76,6 +76,9 @@ class Metrics:
       policies apart once every job finishes, since the productive work is then the trace's
       work and only the makespan differs; this can. ``0.0`` if no job ever waits.
     * ``preemptions``, ``failures``: sums over jobs; ``gpu_hours_lost`` = sum ``lost_gpu_s`` / 3600.
+    * ``elastic_starts``, ``grows``, ``shrinks``: sums over jobs of the runs started below the
+      requested size and of the in-place resizes of running elastic jobs (a shrink is not a
+      preemption: the job keeps running).
     * ``gpu_hours_slowed`` = sum of ``allocated_gpu_s - productive_gpu_s - lost_gpu_s`` / 3600:
       GPU time held beyond the work done because placements ran slower than ideal.
     * ``dollars`` = sum of ``dollars_by_pool``.
@@ -114,6 +117,9 @@ class Metrics:
     makespan_s: float
     preemptions: int
     failures: int
+    elastic_starts: int
+    grows: int
+    shrinks: int
     gpu_hours_lost: float
     gpu_hours_slowed: float
     dollars: float
@@ -164,6 +170,9 @@ def compute(result: SimResult) -> Metrics:
         makespan_s=span,
         preemptions=sum(j.preemptions for j in jobs),
         failures=sum(j.failures for j in jobs),
+        elastic_starts=sum(j.elastic_starts for j in jobs),
+        grows=sum(j.grows for j in jobs),
+        shrinks=sum(j.shrinks for j in jobs),
         gpu_hours_lost=sum(j.lost_gpu_s for j in jobs) / 3600.0,
         gpu_hours_slowed=sum(_slowed(j) for j in jobs) / 3600.0,
         dollars=sum(result.dollars_by_pool.values()),

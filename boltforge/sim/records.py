@@ -16,7 +16,11 @@ class TraceJob:
     ``submit_s`` is seconds from the trace's start; ``duration_s`` the job's runtime when it
     runs uninterrupted on an ideal placement; ``team`` the team charged (derived
     deterministically when the trace has none). ``deadline_s`` (None: no deadline) is when the
-    job must finish, on the same clock as ``submit_s``.
+    job must finish, on the same clock as ``submit_s``. ``elastic`` (None: rigid) is the range
+    of replicas the job can run at, in the replicas the simulator splits it into on a fleet
+    (``boltforge.sim.jobs.per_replica``); ``duration_s`` is still its runtime at ``gpus``.
+    ``priority`` is its class (lower is more important, see ``boltforge.core.model.workload``;
+    trace jobs are batch, 3).
     """
 
     id: str
@@ -25,6 +29,8 @@ class TraceJob:
     gpus: int
     team: str
     deadline_s: float | None = None
+    elastic: tuple[int, int] | None = None
+    priority: int = 3
 
 
 @dataclass(slots=True)
@@ -38,6 +44,11 @@ class JobRecord:
     included. ``dollars`` is ``allocated_gpu_s`` at each pool's price. ``reclaims`` counts the
     runs a spot reclaim stopped; ``reclaim_lost_gpu_s`` the work those runs threw away since
     their last checkpoint (restart overhead not included). ``deadline_s`` as in ``TraceJob``.
+
+    An elastic job may run at another size than ``gpus``: ``elastic_starts`` counts the runs
+    it started below its requested size, ``grows`` and ``shrinks`` the times it was resized
+    in place while running (each one a new segment: it checkpoints, restarts on the new
+    GPUs and is charged for what each segment held).
     """
 
     id: str
@@ -57,6 +68,9 @@ class JobRecord:
     reclaims: int = 0
     reclaim_lost_gpu_s: float = 0.0
     deadline_s: float | None = None
+    elastic_starts: int = 0
+    grows: int = 0
+    shrinks: int = 0
 
 
 @dataclass(frozen=True, slots=True)

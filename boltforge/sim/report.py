@@ -57,6 +57,9 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("util_productive_pct", "Util prod (%)"),
     ("util_contended_pct", "Util prod while jobs wait (%)"),
     ("preemptions", "Preemptions"),
+    ("elastic_starts", "Elastic starts"),
+    ("grows", "Grows"),
+    ("shrinks", "Shrinks"),
     ("gpu_hours_lost", "GPU-h lost"),
     ("gpu_hours_slowed", "GPU-h slowed"),
     ("jain", "Jain"),
@@ -64,6 +67,9 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("dollars", "Dollars"),
 )
 """``(key, header)`` of every column ``comparison_rows`` fills, in display order."""
+
+ELASTIC_KEYS: tuple[str, ...] = ("elastic_starts", "grows", "shrinks")
+"""The ``COLUMNS`` that count what elastic jobs did (all zero when no job is elastic)."""
 
 TEAM_COLUMNS: tuple[str, ...] = (
     "Team",
@@ -132,6 +138,9 @@ def comparison_rows(metrics: Mapping[str, Metrics]) -> list[dict[str, str]]:
             "util_productive_pct": f"{100 * m.util_productive:.1f}",
             "util_contended_pct": f"{100 * m.util_productive_contended:.1f}",
             "preemptions": str(m.preemptions),
+            "elastic_starts": str(m.elastic_starts),
+            "grows": str(m.grows),
+            "shrinks": str(m.shrinks),
             "gpu_hours_lost": f"{m.gpu_hours_lost:.2f}",
             "gpu_hours_slowed": f"{m.gpu_hours_slowed:.2f}",
             "jain": _fixed(m.jain_fairness, 3),

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from boltforge.core.topology import TopologyTree
+from boltforge.core.model.topology import TopologyTree
 from boltforge.spec.fleet import FleetSpec
 
 DAY_S = 86400.0

@@ -14,8 +14,8 @@ from pydantic import (
     model_validator,
 )
 
-from boltforge.core.levels import DEFAULT_WEIGHTS, CrossingWeights
-from boltforge.core.topology import HostLayout, Pool, Tier, TopologyTree
+from boltforge.core.model.levels import DEFAULT_WEIGHTS, CrossingWeights
+from boltforge.core.model.topology import HostLayout, Pool, Tier, TopologyTree
 from boltforge.spec.errors import Problem, SpecError, from_validation
 from boltforge.spec.loader import read_yaml
 from boltforge.spec.units import seconds
@@ -133,7 +133,8 @@ class PoolSpec(_Strict):
 
 
 class Weights(_Strict):
-    """Crossing weights per level; see ``boltforge.core.levels`` for where defaults come from."""
+    """Crossing weights per level; see ``boltforge.core.model.levels`` for where the
+    defaults come from."""
 
     nvlink: float = Field(DEFAULT_WEIGHTS["nvlink"], gt=0)
     host: float = Field(DEFAULT_WEIGHTS["host"], gt=0)

@@ -17,8 +17,8 @@ from pydantic import (
     model_validator,
 )
 
-from boltforge.core.gang import SpotPolicy, TopologyRule
-from boltforge.core.levels import Level
+from boltforge.core.model.gang import SpotPolicy, TopologyRule
+from boltforge.core.model.levels import Level
 from boltforge.spec import units
 from boltforge.spec.errors import Problem, SpecError, from_validation
 from boltforge.spec.loader import read_yaml

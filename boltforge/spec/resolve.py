@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from boltforge.core.gang import Capability, Gang, Role, TopologyRule
-from boltforge.core.topology import TopologyTree
+from boltforge.core.model.gang import Capability, Gang, Role, TopologyRule
+from boltforge.core.model.topology import TopologyTree
 from boltforge.spec.errors import Problem, SpecError
 from boltforge.spec.job import GpuNeed, JobSpec, Parallelism, RoleSpec
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from boltforge.core.state import Allocation, Conflict, FleetState, Grant
-from boltforge.core.topology import TopologyTree
+from boltforge.core.model.state import Allocation, Conflict, FleetState, Grant
+from boltforge.core.model.topology import TopologyTree
 from boltforge.spec.errors import Problem, SpecError, from_validation
 from boltforge.spec.job import Duration
 from boltforge.spec.loader import read_yaml

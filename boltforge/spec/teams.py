@@ -12,9 +12,9 @@ teams:
 
 ``guaranteed`` GPUs are the team's entitlement: borrowers of them are preempted to give them
 back. ``burst`` is the most the team may hold, borrowed GPUs included. A number means any pool
-(``"*"`` in ``core/quota.py``); a mapping gives pools their own entries. A guarantee used below
-``lending.below`` of itself for ``lending.after`` is lent to the shared pool until the team
-needs it again (``core/lending.py``); ``below: 0`` never lends.
+(``"*"`` in ``core/queueing/quota.py``); a mapping gives pools their own entries. A
+guarantee used below ``lending.below`` of itself for ``lending.after`` is lent to the shared
+pool until the team needs it again (``core/queueing/lending.py``); ``below: 0`` never lends.
 
 ``monthly`` is the hard limit in dollars: once a team's spend this month reaches it, its
 non-production submissions (priority ``normal`` or ``low``) are refused. ``soft`` is the share
@@ -29,8 +29,8 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from boltforge.core.lending import DAY_S, LendRule
-from boltforge.core.quota import ANY, QueueSpec, QuotaError, QuotaTree
+from boltforge.core.queueing.lending import DAY_S, LendRule
+from boltforge.core.queueing.quota import ANY, QueueSpec, QuotaError, QuotaTree
 from boltforge.spec import units
 from boltforge.spec.errors import SpecError, from_validation
 from boltforge.spec.job import NAME

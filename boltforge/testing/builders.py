@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import random
 
-from boltforge.core.gang import Capability, Gang, Role, TopologyRule
-from boltforge.core.levels import CrossingWeights, Level
-from boltforge.core.state import Allocation, FleetState, Grant
-from boltforge.core.topology import HostLayout, Pool, Tier, TopologyTree
+from boltforge.core.model.gang import Capability, Gang, Role, TopologyRule
+from boltforge.core.model.levels import CrossingWeights, Level
+from boltforge.core.model.state import Allocation, FleetState, Grant
+from boltforge.core.model.topology import HostLayout, Pool, Tier, TopologyTree
 
 
 def make_pool(

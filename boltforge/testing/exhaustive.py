@@ -7,15 +7,15 @@ import random
 import statistics
 from dataclasses import dataclass
 
-from boltforge.core.cost import role_cost
-from boltforge.core.fragmentation import measure
-from boltforge.core.gang import Role
-from boltforge.core.hostfit import HostFit, eligible_hosts, host_fit
-from boltforge.core.levels import Level
-from boltforge.core.modes import place_now
-from boltforge.core.roleplan import assign
-from boltforge.core.state import Allocation, FleetState, Grant
-from boltforge.core.topology import HostLayout, TopologyTree
+from boltforge.core.model.gang import Role
+from boltforge.core.model.levels import Level
+from boltforge.core.model.state import Allocation, FleetState, Grant
+from boltforge.core.model.topology import HostLayout, TopologyTree
+from boltforge.core.placement.crossing import role_cost
+from boltforge.core.placement.fragmentation import measure
+from boltforge.core.placement.hostfit import HostFit, eligible_hosts, host_fit
+from boltforge.core.placement.modes import place_now
+from boltforge.core.placement.roleplan import assign
 from boltforge.testing.builders import make_gang, make_pool, make_role
 
 # Enumeration grows as C(replicas + hosts - 1, hosts - 1); keep the oracle to small fleets.
@@ -147,7 +147,7 @@ def _search(
     return best
 
 
-# --- random small cases: shared by bench/quality.py and tests/test_placement_quality.py ---
+# --- random small cases: shared by bench/quality.py and tests/unit/core/test_placement_quality.py ---
 
 _POOLS = (
     make_pool("hgx", "H100-80GB", 80, gpus=8, island=8),

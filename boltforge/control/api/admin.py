@@ -11,7 +11,7 @@ from boltforge.control.api.deps import Admins, People, Rt
 from boltforge.control.api.errors import ERRORS, ApiError
 from boltforge.control.audit import audit
 from boltforge.control.auth import create_token
-from boltforge.control.models import AuditRow
+from boltforge.control.store.models import AuditRow
 from boltforge.wire.jobs import TokenReply, TokenRequest, WhoAmI
 
 router = APIRouter(prefix="/v1", tags=["admin"], responses=ERRORS)

@@ -10,9 +10,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
-from boltforge.control import agents as protocol
 from boltforge.control.api.deps import role
 from boltforge.control.api.errors import ERRORS, ApiError
+from boltforge.control.nodes import agents as protocol
 from boltforge.control.runtime import Runtime
 from boltforge.wire.agent import (
     AgentReport,
@@ -37,7 +37,7 @@ def _runtime(request: Request) -> Runtime:
 @router.post("/register")
 async def register(reg: Registration, request: Request) -> Lease:
     """Register a node (or re-register after a restart); reconciles what it still runs.
-    Registrations arriving together are stored in one transaction (``control/batch.py``)."""
+    Registrations arriving together are stored in one transaction (``control/store/batch.py``)."""
     who = await agent(request)
     rt = _runtime(request)
     return await rt.feed.register(reg, who, rt.clock())

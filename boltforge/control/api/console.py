@@ -13,15 +13,15 @@ from fastapi.responses import FileResponse
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from boltforge.control import simreports
 from boltforge.control.api.deps import People, Rt
 from boltforge.control.api.errors import ERRORS, ApiError
 from boltforge.control.api.jobs import visible_job
-from boltforge.control.fleetmap import fleet_map, host_detail
-from boltforge.control.health import STRAGGLER
-from boltforge.control.models import EventRow, NodeRow, RankProgressRow
+from boltforge.control.nodes.health import STRAGGLER
 from boltforge.control.runtime import Runtime
-from boltforge.control.teamview import standings
+from boltforge.control.store.models import EventRow, NodeRow, RankProgressRow
+from boltforge.control.views import simreports
+from boltforge.control.views.fleetmap import fleet_map, host_detail
+from boltforge.control.views.teams import standings
 from boltforge.wire.console import (
     FleetMap,
     HostDetail,

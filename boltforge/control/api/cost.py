@@ -8,9 +8,9 @@ from fastapi import APIRouter, Query
 
 from boltforge.control.api.deps import People, Rt
 from boltforge.control.api.errors import ERRORS, ApiError
-from boltforge.control.budgets import statuses
-from boltforge.control.cost import job_meters, total, visible
-from boltforge.control.savings import fleet_savings
+from boltforge.control.jobs.budgets import statuses
+from boltforge.control.views.billing import job_meters, total, visible
+from boltforge.control.views.savings import fleet_savings
 from boltforge.spec import units
 from boltforge.wire.cost import CostBy, CostReply
 from boltforge.wire.jobs import Problem

@@ -11,21 +11,21 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from boltforge.control import budgets
 from boltforge.control.api.deps import Actors, People, Rt, actor
 from boltforge.control.api.errors import ERRORS, ApiError
 from boltforge.control.api.headers import header
 from boltforge.control.audit import audit
 from boltforge.control.auth import Caller
-from boltforge.control.budgets import Admission
-from boltforge.control.cancel import cancel_jobs
-from boltforge.control.intake import Order
-from boltforge.control.lifecycle import LIVE
-from boltforge.control.models import HELD, EventRow, JobRow, LogRow, ReplicaRow
+from boltforge.control.jobs import budgets
+from boltforge.control.jobs.budgets import Admission
+from boltforge.control.jobs.cancel import cancel_jobs
+from boltforge.control.jobs.intake import Order
+from boltforge.control.jobs.submit import check_fit, find_by_key, parse_request
 from boltforge.control.outlook import with_outlook
 from boltforge.control.runtime import Runtime
-from boltforge.control.submit import check_fit, find_by_key, parse_request
-from boltforge.control.views import detail, event_out, stored_summary, summary
+from boltforge.control.scheduling.lifecycle import LIVE
+from boltforge.control.store.models import HELD, EventRow, JobRow, LogRow, ReplicaRow
+from boltforge.control.views.jobs import detail, event_out, stored_summary, summary
 from boltforge.spec.job import JobSpec
 from boltforge.spec.teams import Budget
 from boltforge.wire.jobs import (

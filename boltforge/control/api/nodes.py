@@ -11,17 +11,17 @@ from fastapi import APIRouter
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from boltforge.control import quarantine, spot
-from boltforge.control.actuate import Touched
 from boltforge.control.api.deps import Admins, People, Rt
 from boltforge.control.api.errors import ERRORS, ApiError
 from boltforge.control.audit import audit
 from boltforge.control.auth import Caller
-from boltforge.control.lifecycle import LIVE
-from boltforge.control.models import HELD, JobRow, NodeRow, ReplicaRow
+from boltforge.control.nodes import quarantine, spot
 from boltforge.control.runtime import Runtime
-from boltforge.control.views import node_out
-from boltforge.core.fragmentation import measure
+from boltforge.control.scheduling.actuate import Touched
+from boltforge.control.scheduling.lifecycle import LIVE
+from boltforge.control.store.models import HELD, JobRow, NodeRow, ReplicaRow
+from boltforge.control.views.jobs import node_out
+from boltforge.core.placement.fragmentation import measure
 from boltforge.wire.jobs import FleetOut, LoopOut, NodeList, NodeOut, Spread
 from boltforge.wire.reclaim import ReclaimedJob, ReclaimReply, ReclaimRequest
 

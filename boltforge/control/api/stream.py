@@ -26,9 +26,9 @@ from sqlalchemy import select
 from boltforge.control.api.deps import People, Rt
 from boltforge.control.api.errors import ERRORS
 from boltforge.control.auth import Caller
-from boltforge.control.models import JobRow
 from boltforge.control.notify import ANY
 from boltforge.control.runtime import Runtime
+from boltforge.control.store.models import JobRow
 
 router = APIRouter(prefix="/v1/console", tags=["console"], responses=ERRORS)
 

@@ -1,0 +1,1 @@
+"""Jobs entering and leaving: submission, intake, cancellation, restarts, budgets."""

@@ -1,0 +1,1 @@
+"""Nodes and backends: leases, the state feed, launch, health and service."""

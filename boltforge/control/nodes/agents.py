@@ -1,0 +1,250 @@
+"""The server's side of the agent protocol: registration, leases, desired state, and what
+happens to a node's replicas when its lease runs out.
+
+A node is ``ready`` while it heartbeats, ``suspect`` once ``suspect_s`` pass without one, or
+while its agent shuts down, or once it stopped a replica on its own (it keeps its jobs, gets
+no new ones, until a heartbeat says it is well), and ``dead`` when its lease expires: its
+replicas are lost and their jobs requeue from their last checkpoint (within their restart
+budget, see ``restarts``). A node that comes back registers again. One registering after
+its spot reclaim time (``spot``) is a new instance under the old name: it comes back in
+service, uncordoned, with no reclaim pending.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from boltforge.control.jobs.restarts import restart_or_fail
+from boltforge.control.nodes.activity import merge
+from boltforge.control.scheduling import intent
+from boltforge.control.scheduling.actuate import Touched, halt
+from boltforge.control.scheduling.fleet import check_inventory
+from boltforge.control.scheduling.lifecycle import HOLDING
+from boltforge.control.store.mirror import Mirror
+from boltforge.control.store.models import JobRow, NodeRow, ReplicaRow
+from boltforge.wire.agent import (
+    DesiredState,
+    Heartbeat,
+    Inventory,
+    Lease,
+    Registration,
+    ReplicaSpec,
+    ReplicaStatus,
+)
+
+LIVE_REPLICA = ("starting", "running", "stopping")
+
+
+@dataclass(frozen=True)
+class LeaseTerms:
+    """How often agents heartbeat and how long silence is tolerated."""
+
+    heartbeat_s: float = 2.0
+    suspect_s: float = 6.0
+    lease_s: float = 15.0
+
+
+class SessionMismatch(Exception):
+    """A heartbeat or report carried a session the node no longer holds: register again."""
+
+
+def register(s: Session, reg: Registration, terms: LeaseTerms, now: float) -> tuple[Lease, Touched]:
+    """Register (or re-register) a node; reconcile what it says it runs with the store."""
+    inv = reg.inventory
+    peer = s.scalar(
+        select(NodeRow).where(NodeRow.pool == inv.pool, NodeRow.name != inv.name).limit(1)
+    )
+    check_inventory(inv, Inventory.model_validate(peer.inventory) if peer else None)
+    node = s.get(NodeRow, inv.name)
+    data = inv.model_dump(mode="json")
+    if node is None:
+        node = NodeRow(name=inv.name, registered_at=now, desired_version=0, cordoned=False)
+        s.add(node)
+    node.inventory, node.pool, node.pod, node.rack, node.gpus = (
+        data,
+        inv.pool,
+        inv.pod,
+        inv.rack,
+        inv.gpus,
+    )
+    if node.reclaim_at is not None and now >= node.reclaim_at:
+        node.reclaim_at, node.cordoned = None, False
+    node.state, node.session, node.registered_at = "ready", uuid.uuid4().hex, now
+    node.last_heartbeat, node.lease_expires_at = now, now + terms.lease_s
+    intent.renewed(node)  # the node is told what to run afresh
+    stop, touched = reconcile(s, node, reg.running, now, forget_missing=True)
+    touched.nodes.add(node.name)
+    return _lease(node, terms, stop), touched
+
+
+def heartbeat(
+    s: Session, name: str, hb: Heartbeat, terms: LeaseTerms, now: float
+) -> tuple[Lease, Touched]:
+    """Renew a node's lease; raise ``SessionMismatch`` when the session is not current. A
+    leaving node stays ``suspect``: it keeps its jobs while they stop, and gets no new ones."""
+    node = current(s, name, hb.session)
+    was = node.state
+    node.last_heartbeat, node.lease_expires_at = now, now + terms.lease_s
+    gpus = merge((node.health or {}).get("gpus"), hb.gpus, now)
+    node.state = "suspect" if hb.leaving else "ready"
+    node.health = {**hb.health, "gpus": gpus} if gpus else dict(hb.health)
+    stop, touched = reconcile(s, node, hb.running, now, forget_missing=False)
+    if was != "ready":
+        touched.nodes.add(name)
+    return _lease(node, terms, stop), touched
+
+
+def current(s: Session, name: str, session: str) -> NodeRow:
+    """The node ``name`` if ``session`` is its current lease, else ``SessionMismatch``."""
+    node = s.get(NodeRow, name)
+    if node is None or node.state == "dead" or node.session != session:
+        raise SessionMismatch(name)
+    return node
+
+
+def current_in(mirror: Mirror, name: str, session: str) -> None:
+    """``current`` from the mirror, without the store: raise ``SessionMismatch`` unless
+    ``session`` is node ``name``'s current lease."""
+    with mirror.reading():
+        node = mirror.nodes.get(name)
+        if node is None or node.state == "dead" or node.session != session:
+            raise SessionMismatch(name)
+
+
+def reconcile(
+    s: Session, node: NodeRow, running: list[ReplicaStatus], now: float, forget_missing: bool
+) -> tuple[list[str], Touched]:
+    """Replicas the node runs that the store does not expect are to be stopped; with
+    ``forget_missing`` (a fresh registration), replicas the store expects there but the node
+    no longer has are lost."""
+    expected = {
+        r.id: r
+        for r in s.scalars(
+            select(ReplicaRow).where(
+                ReplicaRow.node == node.name, ReplicaRow.state.in_(LIVE_REPLICA)
+            )
+        )
+    }
+    stop = [
+        st.replica
+        for st in running
+        if st.replica not in expected or expected[st.replica].epoch != st.epoch
+    ]
+    touched = Touched()
+    for st in running:
+        rep = expected.get(st.replica)
+        if rep is not None and rep.state == "starting" and st.state == "running":
+            rep.state, rep.pid, rep.started_at = "running", st.pid, rep.started_at or now
+    if forget_missing:
+        have = {st.replica for st in running}
+        gone = [r for r in expected.values() if r.id not in have]
+        touched |= lose(s, gone, now, f"node {node.name} restarted without them")
+    return stop, touched
+
+
+def lose(s: Session, reps: list[ReplicaRow], now: float, why: str) -> Touched:
+    """Replicas that vanished with their node: the rest of each gang is stopped, and each job
+    requeues from its last checkpoint, or fails once its restart budget is spent. A requeued
+    job's GPUs on its healthy nodes are held for its restart (``restarts.hold``)."""
+    touched = Touched()
+    for rep in reps:
+        rep.state, rep.exited_at = "lost", now
+    for job_id in sorted({r.job_id for r in reps}):
+        job = s.get(JobRow, job_id)
+        if job is None:
+            continue
+        touched.jobs.add(job_id)
+        rest = s.scalars(
+            select(ReplicaRow).where(
+                ReplicaRow.job_id == job_id, ReplicaRow.state.in_(("waiting", *LIVE_REPLICA))
+            )
+        )
+        touched |= halt(s, rest, now)
+        if job.state in (*HOLDING, "preempting"):
+            lost = sorted({r.node for r in reps if r.job_id == job_id})
+            restart_or_fail(s, job, now, why, lost)
+    return touched
+
+
+def extend_leases(s: Session, terms: LeaseTerms, now: float) -> None:
+    """Give every live node a full lease from ``now``: a server that starts (or restarts)
+    has heard no heartbeat yet, and must not take the time it was down for the nodes'
+    silence. A node that stays silent a whole lease from now is dead as usual."""
+    for node in s.scalars(select(NodeRow).where(NodeRow.state.in_(("ready", "suspect")))):
+        node.lease_expires_at = max(node.lease_expires_at or now, now + terms.lease_s)
+
+
+def expire(
+    s: Session, terms: LeaseTerms, now: float, names: Iterable[str] | None = None
+) -> Touched:
+    """Mark silent nodes suspect, and dead once their lease is over (their work requeues).
+    ``names``: only these nodes may be due (the rest are not read)."""
+    touched = Touched()
+    live = select(NodeRow).where(NodeRow.state.in_(("ready", "suspect")))
+    if names is not None:
+        live = live.where(NodeRow.name.in_(list(names)))
+    for node in s.scalars(live):
+        if node.lease_expires_at is not None and now > node.lease_expires_at:
+            node.state = "dead"
+            touched.nodes.add(node.name)
+            reps = list(
+                s.scalars(
+                    select(ReplicaRow).where(
+                        ReplicaRow.node == node.name,
+                        ReplicaRow.state.in_(("waiting", *LIVE_REPLICA)),
+                    )
+                )
+            )
+            touched |= lose(s, reps, now, f"node {node.name} stopped answering")
+        elif (
+            node.state != "suspect"
+            and node.last_heartbeat is not None
+            and now > node.last_heartbeat + terms.suspect_s
+        ):
+            node.state = "suspect"
+            touched.nodes.add(node.name)
+    return touched
+
+
+def desired(mirror: Mirror, name: str) -> DesiredState | None:
+    """What node ``name`` should run and stop now, with its version (None: unknown node).
+    Read from the mirror: agents' long-polls never touch the store."""
+    with mirror.reading():
+        node = mirror.nodes.get(name)
+        if node is None:
+            return None
+        reps = [r for r in mirror.held_on(name) if r.state in LIVE_REPLICA]
+        version = node.desired_version
+    out = [
+        ReplicaSpec(
+            replica=r.id,
+            job=r.job_id,
+            epoch=r.epoch,
+            action="stop" if r.state == "stopping" else "run",
+            command=r.spec.get("command", []),
+            cwd=r.spec.get("cwd"),
+            env=r.spec.get("env", {}),
+            gpus=list(r.gpus),
+            grace_s=float(r.spec.get("grace_s", 30.0)),
+            checkpoint_dir=r.spec.get("checkpoint_dir"),
+            image=r.spec.get("image"),
+        )
+        for r in reps
+    ]
+    return DesiredState(node=name, version=version, replicas=out)
+
+
+def _lease(node: NodeRow, terms: LeaseTerms, stop: list[str]) -> Lease:
+    return Lease(
+        node=node.name,
+        session=node.session,
+        lease_s=terms.lease_s,
+        heartbeat_s=terms.heartbeat_s,
+        stop=stop,
+        desired_version=node.desired_version,
+    )

@@ -1,0 +1,74 @@
+"""The state feed: what a backend observes (nodes, their leases, replicas starting and
+exiting, progress) applied to the store; see ``control/nodes/backend.py`` for the contract."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from boltforge.control.audit import audit
+from boltforge.control.auth import Caller
+from boltforge.control.nodes import agents as protocol
+from boltforge.control.nodes import spot
+from boltforge.control.nodes.reports import apply_events, apply_logs, apply_progress
+from boltforge.control.scheduling.actuate import Touched
+from boltforge.control.scheduling.loop import Scheduler
+from boltforge.control.store.batch import Batcher
+from boltforge.wire.agent import AgentReport, Heartbeat, Lease, Registration
+
+
+class Feed:
+    """What backends observe, applied to the store in group commits; wakes the loop and
+    converges the nodes whose intent changed as a result."""
+
+    def __init__(self, writes: Batcher, scheduler: Scheduler, terms: protocol.LeaseTerms) -> None:
+        self.writes, self.scheduler, self.terms = writes, scheduler, terms
+
+    async def register(self, reg: Registration, who: Caller, now: float) -> Lease:
+        """A node (re-)registers with its inventory and the replicas it still runs; raises
+        ``SpecError`` for an inventory that contradicts its pool."""
+
+        def change(s: Session) -> tuple[Lease, Touched]:
+            lease, touched = protocol.register(s, reg, self.terms, now)
+            inv = reg.inventory
+            audit(s, who, "register", inv.name, now, gpus=inv.gpus, pool=inv.pool)
+            return lease, touched
+
+        lease, touched = await self.writes.write_async(change)
+        self.scheduler.announce(touched)
+        self.scheduler.wake()  # the fleet changed
+        return lease
+
+    async def heartbeat(self, node: str, hb: Heartbeat, now: float) -> Lease:
+        """Renew ``node``'s lease; raises ``SessionMismatch`` when its session is not
+        current (it must register again)."""
+        lease, touched = await self.writes.write_async(
+            lambda s: protocol.heartbeat(s, node, hb, self.terms, now)
+        )
+        if touched.nodes or touched.jobs:
+            self.scheduler.announce(touched)
+            self.scheduler.wake()
+        return lease
+
+    async def report(self, node: str, body: AgentReport, now: float) -> tuple[list[str], Touched]:
+        """Replica events, log chunks and progress from ``node``; returns the refused
+        replica ids and what changed. Raises ``SessionMismatch`` as ``heartbeat`` does."""
+
+        def change(s: Session) -> tuple[list[str], Touched]:
+            protocol.current_in(self.scheduler.mirror, node, body.session)
+            refused, touched = apply_events(s, node, body.events)
+            refused += apply_logs(s, node, body.logs, now)
+            refused += apply_progress(s, node, body.progress)
+            spot.settle(s, touched.jobs | {p.job for p in body.progress if p.checkpoint})
+            return refused, touched
+
+        reads = frozenset(
+            [e.replica for e in body.events]
+            + [c.replica for c in body.logs]
+            + [p.replica for p in body.progress]
+        )
+        refused, touched = await self.writes.write_async(change, reads)
+        if body.events:
+            self.scheduler.announce(touched)
+        if any(ev.kind != "started" for ev in body.events):
+            self.scheduler.wake()  # GPUs freed or a job ended: the plan may change
+        return refused, touched

@@ -1,0 +1,1 @@
+"""The store: engine and migrations, tables, the in-memory mirror, group commit."""

@@ -1,0 +1,328 @@
+"""The live part of the store, held in memory and kept current by the store's own commits.
+
+Scheduling passes read this, never the whole store: the nodes, the live jobs (pending,
+requeued, scheduled, running, preempting) and the replicas that hold GPUs. It is loaded once
+when the server starts (``load``) and then follows every committed change: the store's
+sessions report what they flushed (``watch``), and the changes land here only when their
+transaction commits, so a rolled-back request leaves no trace. Writes that bypass the
+session's unit of work (the intake's bulk inserts, bulk updates) hand their rows over with
+``add_jobs`` or ``stage``.
+
+``version`` grows with every change that can alter what a pass sees of the fleet's holdings
+(a node's state, cordon or health, a job entering or leaving the GPUs, a replica that starts
+or stops holding them); ``fleet_version`` with every change of the nodes' inventories.
+Replies, reasons and positions, heartbeats and log offsets leave both alone.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
+
+from sqlalchemy import event, inspect, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from boltforge.control.scheduling.lifecycle import HOLDING, LIVE, WAITING
+from boltforge.control.store.models import HELD, JobRow, NodeRow, ReplicaRow
+
+CHANGES = "bolt.mirror.changes"  # Session.info key: (table, key, values, deleted) staged
+
+
+@dataclass(slots=True)
+class LiveNode:
+    """A registered node as passes see it."""
+
+    name: str
+    inventory: dict[str, Any] = field(default_factory=dict)
+    state: str = "ready"
+    cordoned: bool = False
+    degraded_until: float | None = None
+    health: dict[str, Any] = field(default_factory=dict)
+    lease_expires_at: float | None = None
+    last_heartbeat: float | None = None
+    reclaim_at: float | None = None
+    desired_version: int = 0
+    session: str = ""
+
+
+@dataclass(slots=True)
+class LiveJob:
+    """A live job (or array task) as passes see it; ``spec`` never changes after submit."""
+
+    id: str
+    num: int = 0
+    team: str = ""
+    queue: str = ""
+    priority: int = 2
+    state: str = "pending"
+    spec: dict[str, Any] = field(default_factory=dict)
+    gpus: int = 0
+    epoch: int = 0
+    submitted_at: float = 0.0
+    bound_at: float | None = None
+    attained_gpu_s: float = 0.0
+    last_checkpoint_at: float | None = None
+    last_preempted_at: float | None = None
+    resized_at: float | None = None
+    borrowed: bool = False
+    recovery_hold: dict[str, Any] | None = None
+    reason: str = ""
+    position: int | None = None
+    estimated_start: float | None = None
+    waiting: list[str] = field(default_factory=list)
+    array_id: str | None = None
+    array_index: int | None = None
+
+
+@dataclass(slots=True)
+class LiveReplica:
+    """A replica that holds GPUs (waiting, starting, running or stopping)."""
+
+    id: str
+    job_id: str = ""
+    epoch: int = 0
+    role: str = "worker"
+    rank: int = 0
+    node: str = ""
+    gpus: list[int] = field(default_factory=list)
+    cpus: float = 0.0
+    memory_gb: float = 0.0
+    state: str = "waiting"
+    stop_requested_at: float | None = None
+    spec: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def grace_s(self) -> float:
+        """Seconds between the checkpoint signal and the kill."""
+        return float(self.spec.get("grace_s", 30.0))
+
+    @property
+    def port(self) -> int | None:
+        """The rendezvous port the replica's gang uses (None: none)."""
+        port = (self.spec.get("env") or {}).get("MASTER_PORT")
+        return int(port) if port is not None else None
+
+
+Live = LiveNode | LiveJob | LiveReplica
+R = TypeVar("R", LiveNode, LiveJob, LiveReplica)
+_FIELDS = {cls: tuple(f.name for f in fields(cls)) for cls in (LiveNode, LiveJob, LiveReplica)}
+_TABLES: dict[type, type[Live]] = {NodeRow: LiveNode, JobRow: LiveJob, ReplicaRow: LiveReplica}
+_RELEVANT = {
+    LiveNode: ("inventory", "state", "cordoned", "degraded_until", "health"),
+    LiveJob: (
+        *("priority", "bound_at", "attained_gpu_s", "last_checkpoint_at"),
+        *("last_preempted_at", "resized_at", "borrowed", "recovery_hold"),
+    ),
+    LiveReplica: ("node", "gpus", "cpus", "memory_gb", "stop_requested_at"),
+}
+
+
+class Mirror:
+    """The live records, by key. Readers take ``reading()``; changes arrive through the
+    store's commits. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self.nodes: dict[str, LiveNode] = {}
+        self.jobs: dict[str, LiveJob] = {}
+        self.replicas: dict[str, LiveReplica] = {}
+        self.on_node: dict[str, set[str]] = {}  # replica ids by node
+        self.version = 0
+        self.fleet_version = 0
+
+    # -- reading -------------------------------------------------------------------------
+
+    @contextmanager
+    def reading(self) -> Iterator[Mirror]:
+        """Hold off changes while the caller reads several records consistently."""
+        with self._lock:
+            yield self
+
+    def held_on(self, node: str) -> list[LiveReplica]:
+        """The replicas holding GPUs on ``node``, by id."""
+        with self._lock:
+            ids = sorted(self.on_node.get(node, ()))
+            return [self.replicas[i] for i in ids]
+
+    def held_by_job(self) -> dict[str, list[LiveReplica]]:
+        """The replicas holding GPUs, by job, each list in rank order."""
+        out: dict[str, list[LiveReplica]] = {}
+        with self._lock:
+            for r in self.replicas.values():
+                out.setdefault(r.job_id, []).append(r)
+        for reps in out.values():
+            reps.sort(key=lambda r: (r.epoch, r.rank))
+        return out
+
+    # -- loading and following the store -------------------------------------------------
+
+    def load(self, s: Session) -> None:
+        """Read the live records from the store (at start, or to rebuild after doubt)."""
+        with self._lock:
+            self.nodes = {n.name: _node(n) for n in s.scalars(select(NodeRow))}
+            jobs = s.scalars(select(JobRow).where(JobRow.state.in_(LIVE)))
+            self.jobs = {j.id: _make(LiveJob, _values(j)) for j in jobs}
+            reps = s.scalars(select(ReplicaRow).where(ReplicaRow.state.in_(HELD)))
+            self.replicas = {r.id: _make(LiveReplica, _values(r)) for r in reps}
+            self.on_node = {}
+            for r in self.replicas.values():
+                self.on_node.setdefault(r.node, set()).add(r.id)
+            self.version += 1
+            self.fleet_version += 1
+
+    def watch(self, sessions: sessionmaker[Session]) -> None:
+        """Follow every session ``sessions`` makes: what each flushes is staged, and applied
+        here when its transaction commits (dropped when it rolls back)."""
+        event.listen(sessions, "after_flush", _staged_flush)
+        event.listen(sessions, "after_commit", self._committed)
+        event.listen(sessions, "after_rollback", _dropped)
+
+    def add_jobs(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Jobs inserted in bulk (the intake's rows, as column values), after their commit."""
+        with self._lock:
+            for values in rows:
+                if values.get("state") in LIVE:
+                    self.jobs[values["id"]] = _make(LiveJob, values)
+
+    def _committed(self, s: Session) -> None:
+        staged = s.info.pop(CHANGES, None)
+        if staged:
+            self.apply(staged)
+
+    def apply(self, staged: Iterable[tuple[type, Any, dict[str, Any], bool]]) -> None:
+        """Apply committed changes: ``(table, key, values, deleted)`` in the order flushed."""
+        with self._lock:
+            for table, key, values, deleted in staged:
+                if table is NodeRow:
+                    self._node(key, values, deleted)
+                elif table is JobRow:
+                    self._job(key, values, deleted)
+                elif table is ReplicaRow:
+                    self._replica(key, values, deleted)
+
+    def _node(self, key: str, values: dict[str, Any], deleted: bool) -> None:
+        old = self.nodes.get(key)
+        if old is None and "inventory" not in values:
+            return  # a partial change of a node never seen whole
+        if deleted:
+            if self.nodes.pop(key, None) is not None:
+                self.version += 1
+                self.fleet_version += 1
+            return
+        new = _merged(LiveNode, old, values)
+        self.nodes[key] = new
+        if old is None or old.inventory != new.inventory:
+            self.fleet_version += 1
+        if old is None or _differs(old, new, _RELEVANT[LiveNode]):
+            self.version += 1
+
+    def _job(self, key: str, values: dict[str, Any], deleted: bool) -> None:
+        old = self.jobs.get(key)
+        if old is None and "state" not in values:
+            return  # a partial change of a job that is not live
+        new = _merged(LiveJob, old, values)
+        state = new.state
+        if deleted or state not in LIVE:
+            if self.jobs.pop(key, None) is not None and old is not None:
+                self.version += int(old.state not in WAITING)
+            return
+        self.jobs[key] = new
+        if old is None:
+            self.version += int(state not in WAITING)
+        elif not _same_class(old.state, state) or _differs(old, new, _RELEVANT[LiveJob]):
+            self.version += 1
+
+    def _replica(self, key: str, values: dict[str, Any], deleted: bool) -> None:
+        old = self.replicas.get(key)
+        if old is None and "state" not in values:
+            return  # a partial change of a replica that holds no GPUs
+        new = _merged(LiveReplica, old, values)
+        if old is not None:
+            self.on_node.get(old.node, set()).discard(key)
+        if deleted or new.state not in HELD:
+            if self.replicas.pop(key, None) is not None:
+                self.version += 1
+            return
+        self.replicas[key] = new
+        self.on_node.setdefault(new.node, set()).add(key)
+        if old is None or _differs(old, new, _RELEVANT[LiveReplica]):
+            self.version += 1
+
+
+def stage(s: Session, table: type, key: Any, values: dict[str, Any]) -> None:
+    """Tell the mirror about a change written past the session's unit of work (a bulk
+    update): it lands with the session's commit."""
+    s.info.setdefault(CHANGES, []).append((table, key, values, False))
+
+
+def _staged_flush(s: Session, _context: Any) -> None:
+    staged = s.info.setdefault(CHANGES, [])
+    for objects, deleted in ((s.new, False), (s.dirty, False), (s.deleted, True)):
+        for obj in objects:
+            if type(obj) in _TABLES:
+                key = inspect(obj).identity
+                ident = key[0] if key else _key(obj)
+                staged.append((type(obj), ident, _values(obj), deleted))
+
+
+def _dropped(s: Session) -> None:
+    s.info.pop(CHANGES, None)
+
+
+def _key(obj: Any) -> Any:
+    return obj.name if isinstance(obj, NodeRow) else obj.id
+
+
+_KEPT = ("spec", "inventory", "recovery_hold")  # replaced whole, never changed in place
+
+
+def _values(obj: Any) -> dict[str, Any]:
+    """The loaded column values of an ORM row that its record keeps (deferred, unloaded
+    columns left out); lists and dicts copied, so later changes to the row cannot reach the
+    mirror. Specs and inventories are kept as they are: they are only ever replaced."""
+    loaded = inspect(obj).dict
+    names = _FIELDS[_TABLES[type(obj)]]
+    out = {}
+    for k in names:
+        if k in loaded:
+            v = loaded[k]
+            out[k] = copy.copy(v) if isinstance(v, list | dict) and k not in _KEPT else v
+    return out
+
+
+def _make(cls: type[R], values: Mapping[str, Any]) -> R:
+    return cls(**{k: values[k] for k in _FIELDS[cls] if k in values and values[k] is not None})
+
+
+def _merged(cls: type[R], old: R | None, values: dict[str, Any]) -> R:
+    if old is None:
+        return _make(cls, values)
+    new = copy.copy(old)
+    for k in _FIELDS[cls]:
+        if k in values:
+            setattr(new, k, values[k])
+    return new
+
+
+def _node(row: NodeRow) -> LiveNode:
+    return _make(LiveNode, _values(row))
+
+
+def _same_class(a: str, b: str) -> bool:
+    return (a in WAITING and b in WAITING) or (a in HOLDING and b in HOLDING) or a == b
+
+
+def _differs(old: Live, new: Live, names: tuple[str, ...]) -> bool:
+    """Whether ``old`` and ``new`` differ in any of ``names`` (of a node's health, only its
+    ``degraded`` flag counts)."""
+    for name in names:
+        a, b = getattr(old, name), getattr(new, name)
+        if name == "health":
+            a, b = (a or {}).get("degraded"), (b or {}).get("degraded")
+        if a != b:
+            return True
+    return False

@@ -1,0 +1,1 @@
+"""Reads for people: API replies, console views, metrics and cost reports."""

@@ -1,0 +1,1 @@
+"""What holding GPUs costs: the meter and what sharing saved."""

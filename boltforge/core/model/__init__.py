@@ -1,0 +1,1 @@
+"""What the core reasons about: the topology tree, fleet state, gangs and jobs."""

@@ -1,0 +1,1 @@
+"""Placing gangs: the search over the topology, its costs, and its explanations."""

@@ -1,0 +1,128 @@
+"""The three questions a placement can answer, as in Slurm: now, ever, and when and where."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from boltforge.core.model.gang import Gang
+from boltforge.core.model.state import Allocation, FleetState
+from boltforge.core.model.topology import TopologyTree
+from boltforge.core.placement.explain import diagnose
+from boltforge.core.placement.place import Decision, Outcome, Placement, place_gang
+
+
+def place_now(state: FleetState, gang: Gang) -> Decision:
+    """Where ``gang`` would go on ``state`` right now; ``state`` is not changed."""
+    placement, failed = place_gang(state, gang)
+    if placement is not None:
+        return Decision(Outcome.NOW, placement)
+    assert failed is not None
+    return diagnose(state, gang, failed, never=False)
+
+
+def could_ever_fit(tree: TopologyTree, gang: Gang) -> Decision:
+    """Whether ``gang`` fits the empty fleet; NEVER means reject it at submit."""
+    empty = FleetState(tree)
+    placement, failed = place_gang(empty, gang)
+    if placement is not None:
+        return Decision(Outcome.NOW, placement)
+    assert failed is not None
+    return diagnose(empty, gang, failed, never=True)
+
+
+def fits_empty(tree: TopologyTree, gang: Gang) -> bool:
+    """Whether a gang of this shape fits the empty fleet (remembered per fleet and shape)."""
+    key = ("fits-empty", shape_of(gang))
+    known = tree.answer_cache.get(key)
+    if known is None:
+        known = could_ever_fit(tree, gang).outcome != Outcome.NEVER
+        tree.answer_cache[key] = known
+    return bool(known)
+
+
+def shape_of(gang: Gang) -> tuple[object, ...]:
+    """What placement depends on in a gang: its roles' sizes and needs and its topology rule."""
+    roles = tuple(
+        (r.replicas, r.gpus, r.tensor_parallel, r.capability, r.cpus, r.memory_gb)
+        for r in gang.roles
+    )
+    return (roles, gang.topology)
+
+
+def when_and_where(state: FleetState, gang: Gang, now: float) -> Decision:
+    """When and where ``gang`` would start if running jobs end as expected and nothing else comes.
+
+    Releases running allocations in order of expected end and finds the earliest end after
+    which the gang fits: the search starts where enough GPUs would be free at all, gallops
+    forward and then bisects (more free capacity never makes a gang unplaceable). Jobs without
+    an expected end are assumed to run forever. ``waits_for`` names the running jobs on the
+    hosts the placement uses (their GPUs, CPUs or memory are needed).
+    """
+    current = place_now(state, gang)
+    if current.placed:
+        return Decision(Outcome.NOW, current.placement, start_time=now)
+    if not fits_empty(state.tree, gang):
+        return could_ever_fit(state.tree, gang)
+    ending = by_end(state)
+    found = _earliest(state, gang, ending)
+    if found is None:
+        reasons = (*current.reasons, "it does not fit even after every job with a known end ends")
+        return Decision(Outcome.NOT_NOW, reasons=reasons, fixes=current.fixes)
+    k, placement = found
+    end = ending[k].expected_end
+    assert end is not None
+    hosts = {g.host for g in placement.grants}
+    waits = tuple(a.job for a in ending[: k + 1] if any(g.host in hosts for g in a.grants))
+    fixes = tuple(f for f in current.fixes if not f.startswith("wait"))
+    return Decision(Outcome.LATER, placement, current.reasons, fixes, max(end, now), waits)
+
+
+def _earliest(
+    state: FleetState, gang: Gang, ending: list[Allocation]
+) -> tuple[int, Placement] | None:
+    """Smallest ``k`` such that ``gang`` fits once ``ending[: k + 1]`` are released, with the
+    placement then; None if it never does. Before the first ``k`` at which enough GPUs are
+    free in total nothing can fit, so the search starts there, doubles its step until the gang
+    fits and bisects the last step."""
+    freed = np.cumsum([a.gpus for a in ending], dtype=np.int64)
+    short = gang.total_gpus - int(state.free[~state.cordoned].sum())
+    first = int(np.searchsorted(freed, short)) if short > 0 else 0
+    below = state.copy()  # ending[: done + 1] released; the gang does not fit there
+    done, step = first - 1, 1
+    below.release_many([a.job for a in ending[:first]])
+    while done + 1 < len(ending):
+        k = min(done + step, len(ending) - 1)
+        trial = below.copy()
+        trial.release_many([a.job for a in ending[done + 1 : k + 1]])
+        placement, _ = place_gang(trial, gang)
+        if placement is not None:
+            return _bisect(below, gang, ending, done, (k, placement))
+        below, done, step = trial, k, step * 2
+    return None
+
+
+def _bisect(
+    below: FleetState,
+    gang: Gang,
+    ending: list[Allocation],
+    done: int,
+    found: tuple[int, Placement],
+) -> tuple[int, Placement]:
+    """Narrow ``found`` (the gang fits at its ``k``, not at ``done``) to the smallest ``k``."""
+    while found[0] - done > 1:
+        mid = (done + found[0]) // 2
+        trial = below.copy()
+        trial.release_many([a.job for a in ending[done + 1 : mid + 1]])
+        placement, _ = place_gang(trial, gang)
+        if placement is not None:
+            found = (mid, placement)
+        else:
+            below, done = trial, mid
+    return found
+
+
+def by_end(state: FleetState) -> list[Allocation]:
+    """Running allocations with a known end, soonest first (ties in allocation order)."""
+    known = [a for a in state.allocations.values() if a.expected_end is not None]
+    ends = np.fromiter((a.expected_end for a in known), dtype=np.float64, count=len(known))
+    return [known[i] for i in np.argsort(ends, kind="stable")]

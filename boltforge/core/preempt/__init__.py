@@ -1,0 +1,1 @@
+"""Preemption: who may be displaced, at what cost, and how to say so."""

@@ -1,0 +1,290 @@
+"""Who a job may displace, in what order, and what displacing each one costs.
+
+A running job is a *candidate victim* of a preemptor when the class rules allow it (class 0 is
+never preempted; class 1 only by class 0; otherwise only jobs of strictly lower *standing*,
+except borrowed work that the preemptor's queue reclaims) and no protection applies
+(non-preemptible, inside its minimum runtime, or preempted within the cooldown). A job's
+standing is its class, unless the caller ranks jobs finer (Tiresias adds the attained-service
+queue after the class). Candidates fall into tiers: reclaimable borrowed work first, then
+over-quota work, then lower standing first; within a tier the least lost work goes first. Lost
+work is priced by ``Running.lost_gpu_seconds``; removing replicas of an elastic job loses only
+the restart overhead of the removed GPUs.
+
+An ``Action`` evicts a candidate or removes some replicas of its first role; a plan (job id to
+action) is applied to a copy of the fleet state with ``apply_plan``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from boltforge.core.model.state import Allocation, FleetState, Grant
+from boltforge.core.model.topology import BoolArray, IntArray
+from boltforge.core.model.workload import Job, Running
+
+# Tier weights: a GPU-second of reclaimed borrowed work or of over-quota work counts for less
+# than one of in-quota work, and in-quota work of a more important class counts for more.
+RECLAIM_WEIGHT = 0.25
+OVER_QUOTA_WEIGHT = 0.5
+LEAST_CLASS = 3  # classes at or below importance 3 (batch) weigh 1
+
+# Standing per job id, compared as tuples: lower is more important. Jobs missing from the
+# mapping stand at ``(class,)``.
+Standing = Mapping[str, tuple[int, ...]]
+
+
+def standing_of(job: Job, standing: Standing | None) -> tuple[int, ...]:
+    """``job``'s standing: its entry in ``standing``, else its class alone."""
+    if standing is not None and job.id in standing:
+        return standing[job.id]
+    return (job.priority,)
+
+
+def class_weight(priority: int) -> float:
+    """Weight of in-quota work of class ``priority``: 1 for batch, doubling per class above it."""
+    return float(2 ** max(0, LEAST_CLASS - priority))
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptRules:
+    """Protections and budgets that bound preemption.
+
+    ``min_runtime_s``: a job that started less than this ago is protected. ``cooldown_s``: a job
+    preempted (or, for shrinking, resized) within this window is not touched again. At most
+    ``churn_fraction`` of the fleet's GPUs may be preempted per ``churn_window_s``, counting
+    the recent preemptions the caller passes in.
+    """
+
+    min_runtime_s: float = 600.0
+    cooldown_s: float = 3600.0
+    churn_fraction: float = 0.05
+    churn_window_s: float = 600.0
+
+
+class Refusal(StrEnum):
+    """Why a running job is not a candidate victim."""
+
+    SERVING = "serving"
+    PRODUCTION = "production"
+    CASCADE = "cascade"
+    PINNED = "pinned"
+    YOUNG = "young"
+    COOLDOWN = "cooldown"
+    UNKNOWN = "unknown"
+
+
+class Tier(StrEnum):
+    """Preference tiers among candidates, most preferred first."""
+
+    RECLAIM = "reclaim"
+    OVER_QUOTA = "over quota"
+    CLASS = "class"
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A running job the preemptor may displace, with its grants on the current state.
+
+    ``spare`` is how many replicas of the first role (``role``) may be removed by shrinking:
+    current replicas minus the elastic minimum, 0 for rigid jobs or when recently resized.
+    """
+
+    run: Running
+    grants: tuple[Grant, ...]
+    tier: Tier
+    weight: float
+    spare: int
+    role: str
+    standing: tuple[int, ...] = ()
+
+    @property
+    def id(self) -> str:
+        return self.run.job.id
+
+    @property
+    def priority(self) -> int:
+        return self.run.job.priority
+
+    @property
+    def gpus(self) -> int:
+        return sum(len(g.gpus) for g in self.grants)
+
+    @property
+    def replicas(self) -> int:
+        """Current replicas of the first role (what a shrink counts down from)."""
+        return sum(g.role == self.role for g in self.grants)
+
+    def rank(self) -> tuple[int, ...]:
+        """Position of this candidate's tier in the preference order (lower goes first)."""
+        if self.tier == Tier.RECLAIM:
+            return (0,)
+        if self.tier == Tier.OVER_QUOTA:
+            return (1,)
+        return (2, *(-x for x in self.standing or (self.priority,)))  # lowest standing first
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """Evict ``cand`` (``drop`` is None) or remove the replicas numbered ``drop`` of its role."""
+
+    cand: Candidate
+    drop: tuple[int, ...] | None
+    lost: float
+
+    @property
+    def evicts(self) -> bool:
+        return self.drop is None
+
+    @property
+    def freed(self) -> tuple[Grant, ...]:
+        """The grants this action returns to the free pool."""
+        if self.drop is None:
+            return self.cand.grants
+        drop = set(self.drop)
+        return tuple(g for g in self.cand.grants if g.role == self.cand.role and g.replica in drop)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs preempted: the whole job for an eviction, the removed replicas for a shrink."""
+        return sum(len(g.gpus) for g in self.freed)
+
+    @property
+    def cost(self) -> float:
+        """Tier-weighted lost work, the quantity preemption minimizes."""
+        return self.lost * self.cand.weight
+
+    def key(self) -> tuple[tuple[int, ...], float, int, str]:
+        """Preference order: tier, then least lost work, shrinks before evictions, then id."""
+        return (self.cand.rank(), round(self.lost, 6), int(self.evicts), self.cand.id)
+
+
+def evict(cand: Candidate, now: float) -> Action:
+    """Evicting ``cand`` loses the work since its checkpoint plus its restart, on every GPU."""
+    return Action(cand, None, cand.run.lost_gpu_seconds(now))
+
+
+def shrink(cand: Candidate, drop: Iterable[int]) -> Action:
+    """Removing replicas loses no checkpointed work: only the removed GPUs' restart overhead."""
+    kept = tuple(sorted(drop))
+    gpus = sum(len(g.gpus) for g in cand.grants if g.role == cand.role and g.replica in kept)
+    return Action(cand, kept, gpus * cand.run.job.restart_overhead)
+
+
+def refusal(
+    run: Running,
+    job: Job,
+    rules: PreemptRules,
+    now: float,
+    reclaim_from: frozenset[str],
+    standing: Standing | None = None,
+) -> Refusal | None:
+    """Why ``job`` may not displace ``run`` (None: it may)."""
+    victim = run.job
+    if victim.priority <= 0:
+        return Refusal.SERVING
+    if not victim.preemptible:
+        return Refusal.PINNED
+    if victim.id not in reclaim_from:
+        if victim.priority == 1 and job.priority != 0:
+            return Refusal.PRODUCTION
+        if standing_of(victim, standing) <= standing_of(job, standing):
+            return Refusal.CASCADE
+    if now - run.start_time < rules.min_runtime_s:
+        return Refusal.YOUNG
+    if run.last_preempted is not None and now - run.last_preempted < rules.cooldown_s:
+        return Refusal.COOLDOWN
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Screening:
+    """The candidates, and every other running job with why it is left alone."""
+
+    candidates: tuple[Candidate, ...]
+    refused: tuple[tuple[str, int, Refusal], ...]  # job id, class, why
+
+
+def screen(
+    state: FleetState,
+    job: Job,
+    running: Iterable[Running],
+    rules: PreemptRules,
+    now: float,
+    reclaim_from: frozenset[str],
+    over_quota: frozenset[str],
+    standing: Standing | None = None,
+) -> Screening:
+    """Sort the jobs holding resources on ``state`` into candidates and refused jobs.
+
+    Jobs on ``state`` without a ``Running`` record are refused as ``UNKNOWN``: nothing is known
+    about what evicting them would cost. The preemptor itself is never a candidate.
+    """
+    by_id = {r.job.id: r for r in running}
+    candidates: list[Candidate] = []
+    refused: list[tuple[str, int, Refusal]] = []
+    for job_id in sorted(state.allocations):
+        if job_id == job.id:
+            continue
+        run = by_id.get(job_id)
+        if run is None:
+            refused.append((job_id, state.allocations[job_id].priority, Refusal.UNKNOWN))
+            continue
+        why = refusal(run, job, rules, now, reclaim_from, standing)
+        if why is not None:
+            refused.append((job_id, run.job.priority, why))
+            continue
+        cand = _candidate(run, state.allocations[job_id], rules, now, reclaim_from, over_quota)
+        candidates.append(replace(cand, standing=standing_of(run.job, standing)))
+    return Screening(tuple(candidates), tuple(refused))
+
+
+def _candidate(
+    run: Running,
+    allocation: Allocation,
+    rules: PreemptRules,
+    now: float,
+    reclaim_from: frozenset[str],
+    over_quota: frozenset[str],
+) -> Candidate:
+    victim = run.job
+    if victim.id in reclaim_from:
+        tier, weight = Tier.RECLAIM, RECLAIM_WEIGHT
+    elif victim.id in over_quota:
+        tier, weight = Tier.OVER_QUOTA, OVER_QUOTA_WEIGHT
+    else:
+        tier, weight = Tier.CLASS, class_weight(victim.priority)
+    role = victim.gang.roles[0].name if victim.gang.roles else ""
+    spare = 0
+    resized = run.last_resized is not None and now - run.last_resized < rules.cooldown_s
+    if victim.elastic is not None and not resized:
+        current = sum(g.role == role for g in allocation.grants)
+        spare = max(0, current - max(victim.elastic[0], 1))
+    return Candidate(run, allocation.grants, tier, weight, spare, role)
+
+
+def apply_plan(state: FleetState, plan: Iterable[Action]) -> FleetState:
+    """A copy of ``state`` with each action applied: evictions released, shrinks re-granted."""
+    work = state.copy()
+    for action in plan:
+        held = work.release(action.cand.id)
+        if action.drop is not None:
+            freed = set(action.freed)
+            keep = tuple(g for g in held.grants if g not in freed)
+            work.allocate(Allocation(held.job, keep, held.expected_end, held.priority))
+    return work
+
+
+def shrink_candidates(cand: Candidate, inside: BoolArray, free: IntArray) -> list[int]:
+    """Replicas of an elastic candidate worth removing to make room in a domain.
+
+    Up to ``spare`` replicas of its first role inside the domain, taken from the hosts that
+    would end up freest first (so whole hosts open up), highest replica numbers first.
+    """
+    mine = [g for g in cand.grants if g.role == cand.role and inside[g.host]]
+    on_host: dict[int, int] = {}
+    for g in mine:
+        on_host[g.host] = on_host.get(g.host, 0) + len(g.gpus)
+    mine.sort(key=lambda g: (-(int(free[g.host]) + on_host[g.host]), g.host, -g.replica))
+    return [g.replica for g in mine[: cand.spare]]

@@ -1,0 +1,1 @@
+"""The queue: ordering, fair share, quotas, lending, estimates and deadlines."""

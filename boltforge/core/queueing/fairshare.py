@@ -1,0 +1,171 @@
+"""Fair share: decayed usage, the hierarchical fair-share factor, DRF and the job order.
+
+**Usage** is GPU-seconds per queue, charged to the job's queue and to every path above it, the
+root ``""`` included, so the root's usage is the cluster's total. It halves every half-life.
+``boltforge.core.queueing.usage`` computes it exactly from the stretches each queue held
+GPUs, for the server and the simulator alike; ``decay`` is a coarser step that adds what
+running jobs accrued since the last update without decaying it.
+
+**Fair-share factor** (Slurm's classic formula): ``F = 2 ** (-U / S)``.
+
+- ``S``, the normalized share, is computed along the path from the root: at each level the
+  queue's weight over the sum of its siblings' weights (itself included), multiplied down the
+  path. Shares follow **weights**, not guarantees: guarantees are per pool (or ``"*"``) and many
+  queues have none, while a weight is one number every queue has; guarantees govern admission
+  and reclaim (``quota``), weights govern order. Set weights in proportion to guarantees to make
+  the two agree.
+- ``U``, the normalized usage, is the queue's decayed usage over the root's (the total). When
+  the total is zero it is over ``capacity_gpus x half_life_s`` instead, the most a full cluster
+  could have accrued in one half-life, so the factor is defined on a fresh cluster.
+
+A queue at its share gets ``F = 0.5``, one at twice its share ``0.25``, an unused one ``1``.
+Unknown queues are judged as their nearest existing ancestor (``QuotaTree.resolve``).
+
+**Order.** ``order_key`` sorts by priority class (0 first), then deadline urgency, then
+fair-share factor (highest first), then dominant share (smallest first), then submit time, then
+id. A job is *urgent* when its slack, ``deadline - now - expected runtime`` (the runtime counts
+as 0 when unknown), is below ``URGENT_SLACK_S``; urgent jobs go first within their class, least
+slack first (overdue jobs included). Urgency never lifts a job above a more important class.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from boltforge.core.model.workload import Job, Running, Usage
+from boltforge.core.queueing.quota import Holdings, QuotaTree, held_by, lineage
+
+DEFAULT_HALF_LIFE_S = 7 * 86400.0
+URGENT_SLACK_S = 3600.0
+
+Resources = tuple[float, float, float]  # GPUs, CPUs, memory in GB
+OrderKey = tuple[int, int, float, float, float, float, str]
+
+
+def decay(usage: Usage, now: float, half_life_s: float, running: Iterable[Running]) -> Usage:
+    """``usage`` carried forward to ``now``: decayed, plus what running jobs accrued since.
+
+    Every queue's usage is multiplied by ``0.5 ** ((now - usage.as_of) / half_life_s)``; each
+    running job then adds ``gpus x (now - max(usage.as_of, start_time))`` GPU-seconds (nothing
+    when it started after ``now``) to its queue and every path above it, the root included.
+    Raises ``ValueError`` when ``now`` is before ``usage.as_of`` or the half-life is not positive.
+    """
+    if not half_life_s > 0:
+        raise ValueError(f"half_life_s must be positive (got {half_life_s})")
+    if now < usage.as_of:
+        raise ValueError(f"now ({now}) is before the usage's as_of ({usage.as_of})")
+    kept = 0.5 ** ((now - usage.as_of) / half_life_s)
+    out = {q: u * kept for q, u in usage.by_queue.items()}
+    for run in running:
+        accrued = run.gpus * max(now - max(usage.as_of, run.start_time), 0.0)
+        if accrued > 0:
+            for q in lineage(run.job.queue):
+                out[q] = out.get(q, 0.0) + accrued
+    return Usage(out, now)
+
+
+def normalized_share(tree: QuotaTree, queue: str) -> float:
+    """``S``: the product, down the path to the resolved queue, of weight over siblings' weights."""
+    share = 1.0
+    for q in tree.ancestors(queue)[:-1]:
+        parent = lineage(q)[1]
+        share *= tree.weight(q) / sum(tree.weight(s) for s in tree.children(parent))
+    return share
+
+
+def fair_share_factor(
+    tree: QuotaTree,
+    usage: Usage,
+    queue: str,
+    capacity_gpus: float,
+    half_life_s: float = DEFAULT_HALF_LIFE_S,
+) -> float:
+    """``2 ** (-U / S)`` for the resolved queue, in (0, 1]; higher means more deserving."""
+    q = tree.resolve(queue)
+    total = usage.by_queue.get("", 0.0)
+    scale = total if total > 0 else capacity_gpus * half_life_s
+    used = usage.by_queue.get(q, 0.0) / scale if scale > 0 else 0.0
+    return float(2.0 ** (-used / normalized_share(tree, q)))
+
+
+def dominant_share(demand: Resources, capacity: Resources) -> float:
+    """DRF: the largest share of any resource (GPUs, CPUs, memory GB) that ``demand`` takes.
+
+    A resource the cluster has none of counts as infinite share when demanded, else not at all.
+    """
+    if min(*demand, *capacity) < 0:
+        raise ValueError(f"demand {demand} and capacity {capacity} must not be negative")
+    shares = [
+        d / c if c > 0 else (math.inf if d > 0 else 0.0)
+        for d, c in zip(demand, capacity, strict=True)
+    ]
+    return max(shares)
+
+
+def job_resources(job: Job) -> Resources:
+    """What the whole gang asks for: GPUs, CPUs and memory (GB)."""
+    roles = job.gang.roles
+    return (
+        float(job.gpus),
+        sum(r.replicas * r.cpus for r in roles),
+        sum(r.replicas * r.memory_gb for r in roles),
+    )
+
+
+def slack(job: Job, now: float) -> float | None:
+    """Seconds to spare before the deadline if the job started now; None without a deadline."""
+    if job.deadline is None:
+        return None
+    return job.deadline - now - (job.expected_runtime() or 0.0)
+
+
+def order_key(job: Job, factor: float, dominant: float, now: float) -> OrderKey:
+    """Sort key: class, urgency (least slack first), factor desc, dominant share, submit, id."""
+    spare = slack(job, now)
+    urgent = spare is not None and spare < URGENT_SLACK_S
+    return (
+        job.priority,
+        0 if urgent else 1,
+        spare if urgent and spare is not None else 0.0,
+        -factor,
+        dominant,
+        job.submit_time,
+        job.id,
+    )
+
+
+def order(
+    jobs: Iterable[Job],
+    tree: QuotaTree,
+    usage: Usage,
+    capacity: Resources,
+    now: float,
+    holdings: Holdings,
+    half_life_s: float = DEFAULT_HALF_LIFE_S,
+) -> list[Job]:
+    """``jobs`` in the order the cycle should consider them (see ``order_key``).
+
+    The factor is the job's queue's. The dominant share is the queue's as it stands: the GPUs
+    its queue (and the queues below) holds, against the job's own CPUs and memory, since
+    holdings record GPUs only. The job's own GPUs are left out on purpose: counting them would
+    order a queue's small jobs ahead of its big ones and starve the big ones. Job ids must be
+    unique (``ValueError``), which makes the order total: any permutation of ``jobs`` gives
+    the same list.
+    """
+    pending = list(jobs)
+    if len({j.id for j in pending}) < len(pending):
+        raise ValueError("job ids must be unique to order jobs")
+    factors: dict[str, float] = {}
+    held: dict[str, int] = {}
+
+    def key(job: Job) -> OrderKey:
+        if job.queue not in factors:
+            factors[job.queue] = fair_share_factor(tree, usage, job.queue, capacity[0], half_life_s)
+            held[job.queue] = sum(held_by(holdings, job.queue).values())
+        _, cpus, memory = job_resources(job)
+        queue_gpus = held[job.queue]
+        dominant = dominant_share((queue_gpus, cpus, memory), capacity)
+        return order_key(job, factors[job.queue], dominant, now)
+
+    return sorted(pending, key=key)

@@ -1,0 +1,39 @@
+"""The order a cycle considers pending jobs in, for each policy's ordering rule."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from boltforge.core.model.workload import Job
+from boltforge.core.policy import Ordering, Policy
+
+FairOrder = Callable[[list[Job]], list[Job]]
+
+
+def order_jobs(jobs: list[Job], policy: Policy, now: float, fair: FairOrder | None) -> list[Job]:
+    """Sort ``jobs`` by ``policy``'s rule; a deterministic total order (ties end on job id).
+
+    FIFO: arrival. PRIORITY: class, then arrival. LAS (Tiresias): the discrete queue of the
+    job's attained GPU-seconds (fewest first), a job waiting past ``starvation_s`` promoted to
+    the first queue, then arrival; it uses no runtime estimates. FAIR: ``fair`` (hierarchical
+    fair share with DRF, from ``fairshare.order``), or PRIORITY when none is given.
+    """
+    if policy.ordering == Ordering.FIFO:
+        return sorted(jobs, key=lambda j: (j.submit_time, j.id))
+    if policy.ordering == Ordering.LAS:
+        return sorted(jobs, key=lambda j: (las_queue(j, policy, now), j.submit_time, j.id))
+    if policy.ordering == Ordering.FAIR and fair is not None:
+        return fair(jobs)
+    return sorted(jobs, key=lambda j: (j.priority, j.submit_time, j.id))
+
+
+def las_queue(job: Job, policy: Policy, now: float, started: float | None = None) -> int:
+    """Tiresias' discrete queue for ``job`` (0 is served first): how many of the policy's
+    thresholds its attained GPU-seconds have passed. A running job (``started`` set) attains
+    its GPUs times its time running; a waiting job past ``starvation_s`` is promoted to 0."""
+    attained = job.attained_gpu_seconds
+    if started is not None:
+        attained += job.gpus * max(now - started, 0.0)
+    elif now - job.submit_time >= policy.starvation_s:
+        return 0
+    return sum(1 for t in policy.las_thresholds if attained >= t)

@@ -1,0 +1,74 @@
+"""Full passes planned beside the arrivals keep only the decisions that still hold when they
+are applied: the world may have moved while the core was deciding."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from control_kit import Fleet, make_spec, wait_for
+
+from boltforge.control.scheduling.planning import Plan
+from boltforge.control.store.invariants import double_allocations
+from boltforge.core.cycle import Snapshot
+
+Held = tuple[Fleet, threading.Event]
+
+
+@pytest.fixture
+def held_planner(tmp_path: Path) -> Iterator[Held]:
+    """A fleet whose full passes are planned in the background, with the planner held at a
+    gate until the test opens it."""
+    fleet = Fleet(tmp_path, hosts=2, overlap=True)
+    gate = threading.Event()
+    with fleet:
+        sched = fleet.rt.scheduler
+        decide = sched._decide
+
+        def held(plan: Plan, snap: Snapshot) -> Plan:
+            gate.wait(30)
+            return decide(plan, snap)
+
+        sched._decide = held  # type: ignore[method-assign]
+        yield fleet, gate
+        gate.set()
+
+
+def placed_on(fleet: Fleet, job: str) -> set[str]:
+    return {r.node for r in fleet.replicas() if r.job_id == job and r.state != "exited"}
+
+
+def planned_and_held(fleet: Fleet) -> str:
+    """A 16-GPU job that waits for a 16-GPU job to finish on both hosts; once it finished,
+    the full pass planned for the waiting one is held. Returns the waiting job."""
+    big = fleet.submit(make_spec("big", 16))
+    fleet.start_everything()
+    waiting = str(fleet.post("/v1/jobs", {"spec": make_spec("next", 16)}).json()["job"]["id"])
+    fleet.finish(big)  # frees both hosts
+    wait_for(lambda: fleet.rt.scheduler._planning is not None, 10)
+    return waiting
+
+
+def test_a_bind_onto_a_host_cordoned_meanwhile_is_dropped(held_planner: Held) -> None:
+    fleet, gate = held_planner
+    sched = fleet.rt.scheduler
+    waiting = planned_and_held(fleet)
+    r = fleet.post("/v1/nodes/host-0/cordon", {})
+    assert r.status_code == 200, r.text
+    gate.set()
+    wait_for(lambda: sched._planning is None or sched._planning.done(), 30)
+    fleet.settle()
+    assert fleet.job(waiting).state == "pending"  # its plan named host-0: not applied
+    assert placed_on(fleet, waiting) == set()
+    with fleet.rt.db.session() as s:
+        assert double_allocations(s) == []
+
+
+def test_a_plan_applies_whole_when_nothing_changed(held_planner: Held) -> None:
+    fleet, gate = held_planner
+    waiting = planned_and_held(fleet)
+    gate.set()
+    wait_for(lambda: fleet.job(waiting).state == "scheduled", 30)
+    assert placed_on(fleet, waiting) == {"host-0", "host-1"}

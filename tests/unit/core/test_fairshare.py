@@ -1,0 +1,482 @@
+"""Fair-share scenarios as data (decay, factor, DRF, job order) and their invariants."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from boltforge.core.model.gang import Gang, Role
+from boltforge.core.model.state import Allocation, Grant
+from boltforge.core.model.workload import (
+    BATCH,
+    INTERACTIVE,
+    PRODUCTION,
+    SERVING,
+    Job,
+    Running,
+    Usage,
+)
+from boltforge.core.queueing.fairshare import (
+    DEFAULT_HALF_LIFE_S,
+    URGENT_SLACK_S,
+    Resources,
+    decay,
+    dominant_share,
+    fair_share_factor,
+    normalized_share,
+    order,
+    order_key,
+)
+from boltforge.core.queueing.quota import ANY, QueueSpec, QuotaTree, lineage
+
+H = DEFAULT_HALF_LIFE_S
+HOUR = 3600.0
+CLUSTER: Resources = (1024.0, 32768.0, 262144.0)
+
+
+def tree(*queues: str | tuple[str, float]) -> QuotaTree:
+    """Queues by path, each with weight 1 unless given as ``(path, weight)``."""
+    specs = [QueueSpec(q) if isinstance(q, str) else QueueSpec(q[0], weight=q[1]) for q in queues]
+    return QuotaTree.build(specs)
+
+
+def job(
+    id: str,
+    queue: str = "org/nlp",
+    priority: int = BATCH,
+    gpus: int = 8,
+    submit: float = 0.0,
+    deadline: float | None = None,
+    runtime: float | None = None,
+    cpus: float = 0.0,
+    memory_gb: float = 0.0,
+) -> Job:
+    """A one-role job of ``gpus`` GPUs (and ``cpus`` and ``memory_gb`` in total)."""
+    role = Role("worker", 1, gpus, cpus, memory_gb)
+    gang = Gang(id, (role,), priority=priority)
+    return Job(id, gang, queue, submit, estimate=runtime, deadline=deadline)
+
+
+def running(queue: str, gpus: int, start: float) -> Running:
+    """A job of ``queue`` holding ``gpus`` GPUs since ``start``."""
+    grants = tuple(
+        Grant("worker", i, i, tuple(range(min(8, gpus - 8 * i)))) for i in range(-(-gpus // 8))
+    )
+    return Running(job(f"run-{queue}-{start}", queue, gpus=gpus), Allocation("run", grants), start)
+
+
+def used(by_queue: dict[str, float] | None = None) -> Usage:
+    """Usage per queue as of time 0 (``""`` is the root: the cluster's total)."""
+    return Usage(dict(by_queue or {}), 0.0)
+
+
+def rolled_up(by_leaf: dict[str, float]) -> Usage:
+    """Usage charged as ``decay`` charges it: to each queue and every queue above it."""
+    out: dict[str, float] = {}
+    for leaf, amount in by_leaf.items():
+        for q in lineage(leaf):
+            out[q] = out.get(q, 0.0) + amount
+    return Usage(out, 0.0)
+
+
+# -------------------------------------------------------------------------------------- decay
+
+
+@dataclass(frozen=True)
+class Decay:
+    """Usage as of 0 carried to ``now`` with ``running`` jobs; what each queue must show."""
+
+    id: str
+    usage: dict[str, float]
+    now: float
+    expect: dict[str, float]
+    running: tuple[Running, ...] = ()
+
+
+DECAYS = [
+    Decay(
+        "usage halves after one half-life", {"org": 100.0, "": 100.0}, H, {"org": 50.0, "": 50.0}
+    ),
+    Decay("usage quarters after two half-lives", {"org": 100.0}, 2 * H, {"org": 25.0}),
+    Decay("no time passing leaves usage as it was", {"org": 100.0}, 0.0, {"org": 100.0}),
+    Decay(
+        "a running job charges its queue and every queue above it",
+        {},
+        100.0,
+        {"org/nlp/llm": 800.0, "org/nlp": 800.0, "org": 800.0, "": 800.0},
+        (running("org/nlp/llm", 8, 0.0),),
+    ),
+    Decay(
+        "a job that started after the last update accrues only since its start",
+        {},
+        100.0,
+        {"org": 320.0},
+        (running("org", 8, 60.0),),
+    ),
+    Decay(
+        "a job that has not started yet accrues nothing",
+        {},
+        100.0,
+        {"org": 0.0},
+        (running("org", 8, 200.0),),
+    ),
+    Decay(
+        "old usage decays while the new is added whole",
+        {"org": 100.0},
+        H,
+        {"org": 50.0 + 2 * H},
+        (running("org", 2, -5.0),),
+    ),
+    Decay(
+        "two jobs of sibling teams both reach their org",
+        {},
+        10.0,
+        {"org/a": 80.0, "org/b": 40.0, "org": 120.0},
+        (running("org/a", 8, 0.0), running("org/b", 4, 0.0)),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", DECAYS, ids=[c.id for c in DECAYS])
+def test_decay(case: Decay) -> None:
+    after = decay(Usage(case.usage, 0.0), case.now, H, list(case.running))
+    assert after.as_of == case.now
+    for queue, value in case.expect.items():
+        assert after.by_queue.get(queue, 0.0) == pytest.approx(value)
+
+
+@pytest.mark.parametrize(
+    ("now", "half_life", "says"),
+    [(-1.0, H, "before the usage's as_of"), (10.0, 0.0, "must be positive")],
+    ids=["time running backwards is refused", "a zero half-life is refused"],
+)
+def test_decay_refuses_impossible_arguments(now: float, half_life: float, says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        decay(Usage({}, 0.0), now, half_life, [])
+
+
+# ------------------------------------------------------------------------------ fair-share factor
+
+TEAMS = tree("a", "b", "c")
+ORG = tree("org/nlp", "org/cv", "lab")
+
+
+@dataclass(frozen=True)
+class Factor:
+    """The fair-share factor ``queue`` must get."""
+
+    id: str
+    tree: QuotaTree
+    usage: Usage
+    queue: str
+    expect: float
+    capacity_gpus: float = 1024.0
+
+
+FACTORS = [
+    Factor("an unused queue has factor 1", TEAMS, used({"a": 50, "": 50}), "b", 1.0),
+    Factor(
+        "a queue at its share has factor one half",
+        TEAMS,
+        used({"a": 1, "b": 1, "c": 1, "": 3}),
+        "a",
+        0.5,
+    ),
+    Factor(
+        "a queue at twice its share has factor one quarter",
+        TEAMS,
+        used({"a": 2, "b": 1, "": 3}),
+        "a",
+        0.25,
+    ),
+    Factor(
+        "weights set the share: weight 3 of 4 at 75% usage is at its share",
+        tree(("a", 3.0), "b"),
+        used({"a": 75, "b": 25, "": 100}),
+        "a",
+        0.5,
+    ),
+    Factor(
+        "shares multiply down the path: half of an org that has half the cluster",
+        ORG,
+        used({"org/nlp": 25, "org": 25, "": 100}),
+        "org/nlp",
+        0.5,
+    ),
+    Factor(
+        "an unknown project is judged as its team",
+        ORG,
+        used({"org/nlp": 25, "org": 25, "": 100}),
+        "org/nlp/new",
+        0.5,
+    ),
+    Factor("with no usage anywhere every queue has factor 1", ORG, used(), "lab", 1.0),
+    Factor(
+        "with no total recorded, usage counts against a full cluster for one half-life",
+        tree("a", "b"),
+        used({"a": 10.0 * H / 2}),
+        "a",
+        0.5,
+        capacity_gpus=10.0,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", FACTORS, ids=[c.id for c in FACTORS])
+def test_fair_share_factor(case: Factor) -> None:
+    got = fair_share_factor(case.tree, case.usage, case.queue, case.capacity_gpus)
+    assert got == pytest.approx(case.expect)
+
+
+def test_a_queue_that_used_twice_its_share_gets_about_half_the_factor() -> None:
+    usage = used({"a": 2.0, "b": 1.0, "": 3.0})
+    twice, at_share = (fair_share_factor(TEAMS, usage, q, 1024.0) for q in ("a", "b"))
+    assert twice / at_share == pytest.approx(0.5)
+
+
+def test_normalized_shares_of_siblings_sum_to_their_parents() -> None:
+    t = tree(("org/nlp", 2.0), "org/cv", ("lab", 3.0))
+    assert normalized_share(t, "org") == pytest.approx(0.25)
+    assert normalized_share(t, "org/nlp") + normalized_share(t, "org/cv") == pytest.approx(0.25)
+    assert normalized_share(t, "") == 1.0
+
+
+# --------------------------------------------------------------------------------------- DRF
+
+
+DOMINANT = [
+    pytest.param((8, 16, 128), (64, 1024, 8192), 0.125, id="a GPU-heavy job is dominated by GPUs"),
+    pytest.param((1, 512, 128), (64, 1024, 8192), 0.5, id="a CPU-heavy job is dominated by CPUs"),
+    pytest.param((1, 8, 6144), (64, 1024, 8192), 0.75, id="a memory-heavy job by memory"),
+    pytest.param((0, 8, 0), (0, 1024, 8192), 1 / 128, id="a resource the cluster lacks is ignored"),
+    pytest.param((1, 0, 0), (0, 1024, 8192), math.inf, id="asking for a missing resource is inf"),
+    pytest.param((0, 0, 0), (64, 1024, 8192), 0.0, id="asking for nothing is a zero share"),
+]
+
+
+@pytest.mark.parametrize(("demand", "capacity", "expect"), DOMINANT)
+def test_dominant_share(demand: Resources, capacity: Resources, expect: float) -> None:
+    assert dominant_share(demand, capacity) == pytest.approx(expect)
+
+
+def test_dominant_share_refuses_negative_amounts() -> None:
+    with pytest.raises(ValueError, match="negative"):
+        dominant_share((-1.0, 0.0, 0.0), CLUSTER)
+
+
+# ------------------------------------------------------------------------------------- order
+
+NOW = 100 * HOUR
+
+
+@dataclass(frozen=True)
+class Ordering:
+    """Pending ``jobs`` and the order (by id) they must be considered in."""
+
+    id: str
+    jobs: tuple[Job, ...]
+    expect: tuple[str, ...]
+    tree: QuotaTree = ORG
+    usage: Usage = field(default_factory=Usage)
+    held: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+ORDERINGS = [
+    Ordering(
+        "serving class always orders before batch",
+        (
+            job("batch", submit=0.0, deadline=NOW, runtime=HOUR),
+            job("serve", "lab", SERVING, submit=NOW),
+        ),
+        ("serve", "batch"),
+        usage=used({"lab": 1000, "": 1000}),
+    ),
+    Ordering(
+        "classes order production, interactive, batch",
+        (job("b", priority=BATCH), job("i", priority=INTERACTIVE), job("p", priority=PRODUCTION)),
+        ("p", "i", "b"),
+    ),
+    Ordering(
+        "a job near its deadline goes first within its class",
+        (
+            job("relaxed", submit=0.0),
+            job("due", submit=50.0, deadline=NOW + 2 * HOUR, runtime=1.5 * HOUR),
+        ),
+        ("due", "relaxed"),
+    ),
+    Ordering(
+        "among urgent jobs the one with least slack goes first",
+        (
+            job("half-hour", submit=0.0, deadline=NOW + 0.5 * HOUR),
+            job("ten-minutes", submit=1.0, deadline=NOW + 600.0),
+        ),
+        ("ten-minutes", "half-hour"),
+    ),
+    Ordering(
+        "an overdue job still counts as urgent",
+        (job("fresh", submit=0.0), job("late", submit=9.0, deadline=NOW - HOUR)),
+        ("late", "fresh"),
+    ),
+    Ordering(
+        "a distant deadline gives no urgency",
+        (job("first", submit=0.0), job("later", submit=1.0, deadline=NOW + 30 * HOUR)),
+        ("first", "later"),
+    ),
+    Ordering(
+        "a queue under its share orders before one over it",
+        (job("heavy", "org/nlp", submit=0.0), job("light", "lab", submit=5.0)),
+        ("light", "heavy"),
+        usage=used({"org/nlp": 90, "org": 90, "lab": 10, "": 100}),
+    ),
+    Ordering(
+        "within one queue a big job keeps its place ahead of later small ones",
+        (job("big", "lab", gpus=64, submit=0.0), job("small", "lab", gpus=8, submit=1.0)),
+        ("big", "small"),
+    ),
+    Ordering(
+        "with equal fair share a queue holding many GPUs orders after an idle one",
+        (job("busy", "org/nlp", submit=0.0), job("idle", "org/cv", submit=1.0)),
+        ("idle", "busy"),
+        held={"org/nlp": {"h100": 256}},
+    ),
+    Ordering(
+        "CPUs count in the dominant share",
+        (job("cpu-heavy", cpus=16384.0, submit=0.0), job("gpu-only", submit=1.0)),
+        ("gpu-only", "cpu-heavy"),
+    ),
+    Ordering(
+        "earlier submission wins when all else ties",
+        (job("second", submit=2.0), job("first", submit=1.0)),
+        ("first", "second"),
+    ),
+    Ordering(
+        "the job id breaks the final tie",
+        (job("b", submit=1.0), job("a", submit=1.0)),
+        ("a", "b"),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", ORDERINGS, ids=[c.id for c in ORDERINGS])
+def test_order(case: Ordering) -> None:
+    got = order(case.jobs, case.tree, case.usage, CLUSTER, NOW, case.held)
+    assert tuple(j.id for j in got) == case.expect
+
+
+def test_an_unknown_runtime_counts_as_zero_in_the_slack() -> None:
+    near = job("near", deadline=NOW + URGENT_SLACK_S - 1.0)
+    far = job("far", deadline=NOW + URGENT_SLACK_S)
+    assert order_key(near, 1.0, 0.0, NOW)[1] == 0
+    assert order_key(far, 1.0, 0.0, NOW)[1] == 1
+
+
+def test_order_refuses_duplicate_ids() -> None:
+    with pytest.raises(ValueError, match="unique"):
+        order([job("x"), job("x")], ORG, Usage(), CLUSTER, NOW, {})
+
+
+# ------------------------------------------------------------------------------------ properties
+
+EXAMPLES = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+QUEUES = ("org/nlp", "org/cv", "org/nlp/llm", "lab", "unknown")
+amounts = st.floats(0.0, 1e9, allow_nan=False)
+usages = st.dictionaries(st.sampled_from(("org", *QUEUES)), amounts).map(rolled_up)
+times = st.floats(0.0, 10 * H, allow_nan=False)
+
+
+@EXAMPLES
+@given(usages, st.floats(1.0, 1e8))
+def test_usage_halves_after_one_half_life(usage: Usage, half_life: float) -> None:
+    after = decay(usage, half_life, half_life, [])
+    for queue, value in usage.by_queue.items():
+        assert after.by_queue[queue] == pytest.approx(value / 2)
+
+
+@EXAMPLES
+@given(usages, times, times)
+def test_decay_is_monotone_and_composes(usage: Usage, t1: float, t2: float) -> None:
+    early, late = sorted((t1, t2))
+    at_early, at_late = decay(usage, early, H, []), decay(usage, late, H, [])
+    in_two_steps = decay(at_early, late, H, [])
+    for queue in usage.by_queue:
+        assert at_late.by_queue[queue] <= at_early.by_queue[queue]
+        assert in_two_steps.by_queue[queue] == pytest.approx(at_late.by_queue[queue])
+
+
+@EXAMPLES
+@given(
+    usages,
+    times,
+    st.lists(st.tuples(st.sampled_from(QUEUES), st.integers(1, 64), times), max_size=5),
+)
+def test_running_jobs_only_add_and_parents_gain_at_least_their_children(
+    usage: Usage, now: float, jobs: list[tuple[str, int, float]]
+) -> None:
+    runs = [running(q, gpus, start) for q, gpus, start in jobs]
+    bare, charged = decay(usage, now, H, []), decay(usage, now, H, runs)
+    gained = {q: charged.by_queue[q] - bare.by_queue.get(q, 0.0) for q in charged.by_queue}
+    assert all(g >= -1e-6 * max(1.0, abs(charged.by_queue[q])) for q, g in gained.items())
+    for q in gained:
+        if q:
+            parent = q.rpartition("/")[0]
+            assert gained[parent] >= gained[q] - 1e-6 * max(1.0, gained[parent])
+
+
+@EXAMPLES
+@given(usages, st.sampled_from(QUEUES), st.floats(0.0, 1e9))
+def test_the_factor_lies_in_0_1_and_falls_as_a_queue_uses_more(
+    usage: Usage, queue: str, extra: float
+) -> None:
+    t = ORG
+    base = fair_share_factor(t, usage, queue, 1024.0)
+    more = dict(usage.by_queue)
+    for q in t.ancestors(queue):
+        more[q] = more.get(q, 0.0) + extra
+    after = fair_share_factor(t, Usage(more, 0.0), queue, 1024.0)
+    assert 0.0 <= after <= base <= 1.0
+
+
+@st.composite
+def pending(draw: st.DrawFn) -> list[Job]:
+    """Jobs with unique ids and random class, queue, size, submit time and deadline."""
+    out = []
+    for i in range(draw(st.integers(0, 12))):
+        deadline = draw(st.none() | st.floats(NOW - HOUR, NOW + 4 * HOUR))
+        out.append(
+            job(
+                f"j{i}",
+                draw(st.sampled_from(QUEUES)),
+                draw(st.integers(SERVING, BATCH)),
+                draw(st.sampled_from((1, 8, 64))),
+                float(draw(st.integers(0, 5))),
+                deadline,
+                draw(st.none() | st.sampled_from((600.0, HOUR))),
+                draw(st.sampled_from((0.0, 512.0))),
+            )
+        )
+    return out
+
+
+@EXAMPLES
+@given(pending(), usages, st.randoms(use_true_random=False))
+def test_order_is_a_deterministic_total_order(
+    jobs: list[Job], usage: Usage, rnd: random.Random
+) -> None:
+    held = {"org/nlp": {"h100": 64}, "lab": {"a100": 8}}
+    first = order(jobs, ORG, usage, CLUSTER, NOW, held)
+    shuffled = list(jobs)
+    rnd.shuffle(shuffled)
+    assert order(shuffled, ORG, usage, CLUSTER, NOW, held) == first
+    assert sorted(j.id for j in first) == sorted(j.id for j in jobs)
+    classes = [j.priority for j in first]
+    assert classes == sorted(classes)
+
+
+def test_guarantees_do_not_change_shares() -> None:
+    t = QuotaTree.build([QueueSpec("a", {ANY: 96}), QueueSpec("b", {ANY: 32})])
+    assert normalized_share(t, "a") == normalized_share(t, "b") == 0.5
