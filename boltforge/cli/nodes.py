@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from boltforge.cli.common import EXIT_BAD_INPUT, console, print_json
 from boltforge.cli.remote import (
@@ -195,31 +196,56 @@ def nodes_command(json: bool = False, server: str | None = None, token: str | No
     console.print(f"{len(listing.nodes)} node(s), {used} of {total} GPUs in use", highlight=False)
 
 
+SHOWN_JOBS = 3  # job ids a row names before it says how many more
+
+
 def nodes_table(nodes: list[NodeOut], now: float) -> Table:
+    """One row per node. Every column keeps the width of what it shows (up to 40) but
+    JOBS, which gives way on a narrow terminal; a node running many jobs names the first
+    few and counts the rest."""
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for name in ("NODE", "POOL", "GPU", "USED", "POD", "RACK", "STATE", "HEARTBEAT", "JOBS"):
-        right = name == "USED"
+    rows = [_node_row(n, now) for n in nodes]
+    for i, name in enumerate(NODE_COLUMNS):
+        shown = [len(Text.from_markup(r[i]).plain) for r in rows]
         table.add_column(
             name,
             no_wrap=True,
             overflow="ellipsis",
+            min_width=None if name == "JOBS" else min(max([len(name), *shown]), 40),
             max_width=40,
-            justify="right" if right else "left",
+            justify="right" if name == "USED" else "left",
         )
-    for n in nodes:
-        style = STATE_STYLE.get(n.state, "yellow") if n.reclaim_at is None else "magenta"
-        table.add_row(
-            n.name,
-            n.pool,
-            n.gpu or "-",
-            f"{n.gpus_used}/{n.gpus}",
-            n.pod,
-            n.rack,
-            f"[{style}]{state_text(n, now)}[/]",
-            ago(n.last_heartbeat, now),
-            ",".join(n.jobs) or "-",
-        )
+    for row in rows:
+        table.add_row(*row)
     return table
+
+
+NODE_COLUMNS = ("NODE", "POOL", "GPU", "USED", "POD", "RACK", "STATE", "HEARTBEAT", "JOBS")
+
+
+def _node_row(n: NodeOut, now: float) -> tuple[str, ...]:
+    style = STATE_STYLE.get(n.state, "yellow") if n.reclaim_at is None else "magenta"
+    return (
+        n.name,
+        n.pool,
+        n.gpu or "-",
+        f"{n.gpus_used}/{n.gpus}",
+        n.pod,
+        n.rack,
+        f"[{style}]{state_text(n, now)}[/]",
+        ago(n.last_heartbeat, now),
+        jobs_text(n.jobs),
+    )
+
+
+def jobs_text(jobs: list[str]) -> str:
+    """The node's jobs: ``a,b`` for a few; ``30: a,b,c,...`` (the count first, so a narrow
+    terminal never cuts it) past ``SHOWN_JOBS``; ``-`` for none."""
+    if not jobs:
+        return "-"
+    if len(jobs) <= SHOWN_JOBS:
+        return ",".join(jobs)
+    return f"{len(jobs)}: " + ",".join(jobs[:SHOWN_JOBS]) + ",..."
 
 
 def state_text(n: NodeOut, now: float) -> str:

@@ -182,8 +182,22 @@ class JobSpec(_Strict):
     def _gpus(cls, value: int | str | None) -> int | str | None:
         if isinstance(value, str) and not value.strip().isdigit() and not SHORTHAND.match(value):
             raise ValueError("must be a count or COUNTxTYPE. To fix: e.g. `64` or `64xH100`")
-        if isinstance(value, int) and value < 1:
+        count = value if isinstance(value, int) else _leading_count(value)
+        if count is not None and count < 1:
             raise ValueError("must be at least 1. To fix: ask for 1 or more GPUs, or omit it")
+        return value
+
+    @field_validator("deadline", mode="before")
+    @classmethod
+    def _deadline(cls, value: object) -> object:
+        if isinstance(value, str):
+            try:
+                datetime.fromisoformat(value)
+            except ValueError:
+                raise ValueError(
+                    "must be a date and time. To fix: e.g. `2026-12-01T18:00:00Z` "
+                    "or `2026-12-01`"
+                ) from None
         return value
 
     @model_validator(mode="after")
@@ -229,3 +243,11 @@ def parse_job(data: object, source: str = "job") -> JobSpec:
 
 def load_job(path: str | Path) -> JobSpec:
     return parse_job(read_yaml(path), str(path))
+
+
+def _leading_count(value: str | None) -> int | None:
+    """The count a ``gpus`` text starts with (``64`` of ``64xH100``); None without one."""
+    if value is None:
+        return None
+    digits = value.strip().split("x", 1)[0].strip()
+    return int(digits) if digits.isdigit() else None

@@ -13,6 +13,8 @@ def seconds(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError("must be a duration such as 90, '90s', '40m' or '2h'")
     if isinstance(value, int | float):
+        if value != value:  # NaN: no duration, and it compares false with every bound
+            raise ValueError("must be a duration such as 90, '90s', '40m' or '2h'")
         if value < 0:
             raise ValueError("must not be negative")
         return float(value)
