@@ -61,7 +61,7 @@ from boltforge.core.preempt.choose import (
     release_victims,
 )
 from boltforge.core.preempt.text import span
-from boltforge.core.preempt.victims import standing_of
+from boltforge.core.preempt.victims import PreemptRules, standing_of
 from boltforge.core.queueing.estimates import fill_estimates
 from boltforge.core.queueing.fairshare import order as fair_order
 from boltforge.core.queueing.ordering import FairOrder, las_queue, order_jobs
@@ -471,7 +471,7 @@ def _preempt(
             p.work,
             job,
             alive,
-            p.policy.preempt_rules,
+            _rules(p.policy),
             p.now,
             p.recent,
             reclaim,
@@ -493,6 +493,12 @@ def _preempt(
     note = "; ".join((sentence, *found.explanation))
     _bind(p, job, found.placement, position, note=note, borrowed=verdict.borrowed)
     return True, ()
+
+
+def _rules(policy: Policy) -> PreemptRules:
+    """The policy's preemption rules; shrinking elastic victims only where it uses elasticity."""
+    rules = policy.preempt_rules
+    return rules if policy.elastic or not rules.shrink else replace(rules, shrink=False)
 
 
 def _wait(p: _Pass, job: Job) -> float | None:

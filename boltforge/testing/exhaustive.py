@@ -147,7 +147,7 @@ def _search(
     return best
 
 
-# --- random small cases: shared by bench/quality.py and tests/unit/core/test_placement_quality.py ---
+# --- random small cases: shared by bench/quality.py and tests/unit/core/test_placement_quality.py
 
 _POOLS = (
     make_pool("hgx", "H100-80GB", 80, gpus=8, island=8),

@@ -54,13 +54,15 @@ class PreemptRules:
     ``min_runtime_s``: a job that started less than this ago is protected. ``cooldown_s``: a job
     preempted (or, for shrinking, resized) within this window is not touched again. At most
     ``churn_fraction`` of the fleet's GPUs may be preempted per ``churn_window_s``, counting
-    the recent preemptions the caller passes in.
+    the recent preemptions the caller passes in. ``shrink``: elastic jobs may be shrunk
+    instead of evicted (off under a policy with elasticity off).
     """
 
     min_runtime_s: float = 600.0
     cooldown_s: float = 3600.0
     churn_fraction: float = 0.05
     churn_window_s: float = 600.0
+    shrink: bool = True
 
 
 class Refusal(StrEnum):
@@ -258,7 +260,7 @@ def _candidate(
     role = victim.gang.roles[0].name if victim.gang.roles else ""
     spare = 0
     resized = run.last_resized is not None and now - run.last_resized < rules.cooldown_s
-    if victim.elastic is not None and not resized:
+    if rules.shrink and victim.elastic is not None and not resized:
         current = sum(g.role == role for g in allocation.grants)
         spare = max(0, current - max(victim.elastic[0], 1))
     return Candidate(run, allocation.grants, tier, weight, spare, role)

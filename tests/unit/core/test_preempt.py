@@ -308,6 +308,16 @@ SCENARIOS = [
     ),
     pytest.param(
         Scenario(
+            fleet(),
+            (Busy("elastic", ("r0-h0", "r0-h1"), elastic=(1, 2), checkpoint=50),),
+            wants(8),
+            rules=replace(OPEN, shrink=False),
+            evicted={"elastic"},
+        ),
+        id="with shrinking off (a policy without elasticity) an elastic victim is evicted",
+    ),
+    pytest.param(
+        Scenario(
             fleet(hosts=3),
             (Busy("elastic", ("r0-h0", "r0-h1", "r0-h2"), elastic=(2, 3)),),
             wants(16),

@@ -29,7 +29,7 @@ from boltforge.testing.builders import make_fleet
 HOUR = 3600.0
 RESTART = 120.0  # SimConfig's default restart overhead, paid by every resumed segment
 PRICE = 2.5  # dollars per GPU-hour of the builders' pool
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 # Four hosts of 8 GPUs in one rack. On so small a fleet the default churn budget (5% of the
 # GPUs per 10 minutes) would not let even one host be preempted, so these runs allow half.
