@@ -9,7 +9,7 @@ from boltforge.wire.agent import ReplicaSpec
 
 
 @dataclass(frozen=True, slots=True)
-class Plan:
+class ConvergePlan:
     """``start``: specs to launch. ``stop``: replica names to stop, each with the grace the
     desired state gives it (None: the grace of the spec it was started with). ``skip``:
     replicas told to stop before this node ever ran them (reported as ended, never run)."""
@@ -24,7 +24,7 @@ def plan(
     live: Mapping[str, int],
     finished: set[tuple[str, int]],
     busy: Set[int] = frozenset(),
-) -> Plan:
+) -> ConvergePlan:
     """Compare the desired replicas with ``live`` (replica name -> epoch of the process the
     agent has) and ``finished`` (``(replica, epoch)`` pairs already run to exit or failed).
     ``busy``: the GPUs the node's live processes still hold; a replica needing any of them
@@ -40,7 +40,7 @@ def plan(
     Idempotent: calling it again before anything changed gives the same plan; the caller
     ignores stops of replicas already stopping.
     """
-    out = Plan()
+    out = ConvergePlan()
     named: set[str] = set()
     starting: set[str] = set()
     for spec in desired:

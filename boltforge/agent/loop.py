@@ -14,7 +14,7 @@ Who does what:
 5. ``_send_reports`` sends the outbox in order; what fails to send is retried.
 
 Before any of them, the agent ends what a previous run of it, killed with SIGKILL or
-crashed, left running (``Runtime.end_leftovers``), so that it registers with a node that runs
+crashed, left running (``AgentRuntime.end_leftovers``), so that it registers with a node that runs
 nothing the server does not know of; the lease's end is kept in the launch record for that.
 """
 
@@ -41,7 +41,7 @@ from boltforge.agent.converge import plan
 from boltforge.agent.lease import LeaseClock, Session
 from boltforge.agent.outbox import Batch, Outbox
 from boltforge.agent.preflight import NodeHooks, Preflight
-from boltforge.agent.runtime import Runtime
+from boltforge.agent.runtime import AgentRuntime
 from boltforge.wire.agent import (
     GpuActivity,
     Heartbeat,
@@ -83,7 +83,7 @@ class Agent:
         self.poll_wait_s, self.tick_s, self.max_backoff_s = poll_wait_s, tick_s, max_backoff_s
         self.outbox = Outbox()
         hooks = hooks or NodeHooks()
-        self.runtime = Runtime(
+        self.runtime = AgentRuntime(
             work_dir,
             self.outbox,
             on_exit=self._wake_converge,

@@ -24,7 +24,7 @@ NVML_FEATURE_DISABLED = 0
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class PreflightVerdict:
     """A preflight's outcome: ``ok``, else ``evidence`` says which check failed and why.
     ``notes`` say what was skipped (no NVML, a declared inventory)."""
 
@@ -67,18 +67,18 @@ class Preflight:
         self.nvml = load() if inventory.source == "nvml" else None
         self.skipped = _skipped(inventory, self.nvml)
 
-    async def run(self, gpus: list[int], env: Mapping[str, str]) -> Verdict:
+    async def run(self, gpus: list[int], env: Mapping[str, str]) -> PreflightVerdict:
         """Check the node before a replica on ``gpus`` starts with ``env``."""
         if self.nvml is not None:
             problems = await asyncio.to_thread(gpu_problems, self.nvml, self.inventory.gpus, gpus)
             if problems:
-                return Verdict(False, "NVML: " + "; ".join(problems))
+                return PreflightVerdict(False, "NVML: " + "; ".join(problems))
         if self.hooks.prologs:
             results = await run_scripts(self.hooks.prologs, env, self.hooks.timeout_s)
             failed = [r for r in results if not r.ok]
             if failed:
-                return Verdict(False, f"prolog {failed[0].evidence}", self.skipped)
-        return Verdict(True, notes=self.skipped)
+                return PreflightVerdict(False, f"prolog {failed[0].evidence}", self.skipped)
+        return PreflightVerdict(True, notes=self.skipped)
 
 
 def _skipped(inventory: Inventory, nvml: Any | None) -> tuple[str, ...]:

@@ -59,7 +59,7 @@ AGENT_SECRETS = frozenset({"BOLT_TOKEN", "BOLT_AGENT_TOKEN", "BOLT_ADMIN_TOKEN"}
 LEFT_BY_KILLED_AGENT = "process(es) left running when the agent was killed"
 
 
-class Runtime:
+class AgentRuntime:
     """Owns the node's replica processes. ``live`` maps replica names to the replica running
     (or stopping) under that name; ``finished`` holds every ``(replica, epoch)`` that has run
     to exit or failed to start, which is never started again. ``on_exit`` is called after each

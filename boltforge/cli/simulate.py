@@ -65,7 +65,7 @@ JSON_KEYS = (
 
 
 @dataclass(frozen=True)
-class Job:
+class SimulationRun:
     """One run (a policy on a fleet), as sent to a worker process; ``label`` names it."""
 
     label: str
@@ -74,7 +74,7 @@ class Job:
     config: SimConfig
 
 
-def _replay(job: Job, progress: Any) -> SimResult:
+def _replay(job: SimulationRun, progress: Any) -> SimResult:
     """Worker: load the fleet, replay, report progress into the shared dict."""
     tree = load_fleet(job.fleet)
     name = job.label
@@ -235,7 +235,7 @@ def _runs(
     trace: list[TraceJob],
     base: SimConfig,
     elastic_share: float = 0.0,
-) -> list[Job]:
+) -> list[SimulationRun]:
     """One run per fleet and policy. Labels are the policy names on one fleet, the fleet names
     when one policy runs on several fleets, else ``fleet:policy``; fleets that share a name are
     told apart by file name. With ``elastic_share``, each fleet replays the trace with that
@@ -249,7 +249,9 @@ def _runs(
         jobs = _elastic(trace, spec, elastic_share, base.seed)
         for n in names:
             config = replace(base, policy=named(n), reclaims=reclaims_of(spec))
-            out.append(Job(_label(fleet_name, n, len(specs), len(names)), path, jobs, config))
+            out.append(
+                SimulationRun(_label(fleet_name, n, len(specs), len(names)), path, jobs, config)
+            )
     return out
 
 
@@ -271,7 +273,9 @@ def _label(fleet: str, policy: str, fleets: int, policies: int) -> str:
     return fleet if policies == 1 else f"{fleet}:{policy}"
 
 
-def _json_out(runs: list[Job], metrics: dict[str, Metrics], several: bool) -> dict[str, Any]:
+def _json_out(
+    runs: list[SimulationRun], metrics: dict[str, Metrics], several: bool
+) -> dict[str, Any]:
     """``{"policies": {...}}`` on one fleet; ``{"runs": {label: {fleet, policy, ...}}}`` on
     several."""
     if not several:
@@ -313,7 +317,7 @@ def _trace(
     return jobs[:limit] if limit is not None else jobs
 
 
-def _run_all(runs: list[Job], workers: int) -> dict[str, SimResult]:
+def _run_all(runs: list[SimulationRun], workers: int) -> dict[str, SimResult]:
     """Run each job in its own process (at most ``workers`` at once), with a progress bar
     per run on stderr. The results do not depend on ``workers``."""
     workers = max(1, min(len(runs), workers))

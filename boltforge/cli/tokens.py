@@ -15,7 +15,7 @@ from boltforge.wire.jobs import TokenRequest
 token_app = typer.Typer(help="API tokens (admins).", no_args_is_help=True)
 
 
-class Role(StrEnum):
+class TokenRole(StrEnum):
     admin = "admin"
     member = "member"
     viewer = "viewer"
@@ -26,16 +26,16 @@ class Role(StrEnum):
 def create_command(
     name: Annotated[str, typer.Argument(help="Who it is for, e.g. alice.", show_default=False)],
     role: Annotated[
-        Role,
+        TokenRole,
         typer.Option(help="member: submits for one team; viewer: reads; agent: a node."),
-    ] = Role.member,
+    ] = TokenRole.member,
     team: Annotated[str | None, typer.Option(help="The member's team (members need one).")] = None,
     json: JsonOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
     """Create a token. It is shown once: hand it over now (as BOLT_TOKEN)."""
-    if role == Role.member and not team:
+    if role == TokenRole.member and not team:
         fail("a member token needs a team. To fix: add --team T", EXIT_BAD_INPUT)
     try:
         req = TokenRequest(name=name, role=role.value, team=team)

@@ -104,7 +104,7 @@ class Segment:
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class SegmentOutcome:
     """What a segment produced: GPU-seconds held, useful, and thrown away; work kept (seconds
     at the requested size on an ideal placement)."""
 
@@ -114,19 +114,19 @@ class Outcome:
     work_s: float
 
 
-def finished(seg: Segment, end: float, remaining_s: float) -> Outcome:
+def finished(seg: Segment, end: float, remaining_s: float) -> SegmentOutcome:
     """The segment ran to completion at ``end``: all remaining work counts."""
     held = seg.gpus * (end - seg.start)
     useful = seg.gpus * remaining_s / seg.size
-    return Outcome(held, useful, seg.gpus * min(seg.warmup, end - seg.start), remaining_s)
+    return SegmentOutcome(held, useful, seg.gpus * min(seg.warmup, end - seg.start), remaining_s)
 
 
-def evacuated(seg: Segment, end: float) -> Outcome:
+def evacuated(seg: Segment, end: float) -> SegmentOutcome:
     """The segment was stopped at ``end`` right after a checkpoint: all progress is kept and
     only restart time still inside the warm-up is lost."""
     ran = max(end - seg.start, 0.0)
     kept_wall = max(ran - seg.warmup, 0.0)
-    return Outcome(
+    return SegmentOutcome(
         seg.gpus * ran,
         seg.gpus * kept_wall / seg.slowdown,
         seg.gpus * min(seg.warmup, ran),
@@ -139,7 +139,7 @@ def warmup_gpu_s(seg: Segment, end: float) -> float:
     return seg.gpus * min(seg.warmup, max(end - seg.start, 0.0))
 
 
-def interrupted(seg: Segment, end: float, checkpoint_interval: float | None) -> Outcome:
+def interrupted(seg: Segment, end: float, checkpoint_interval: float | None) -> SegmentOutcome:
     """The segment was stopped at ``end``: progress up to the last checkpoint is kept (none
     without a checkpoint interval)."""
     ran = max(end - seg.start, 0.0)
@@ -149,7 +149,7 @@ def interrupted(seg: Segment, end: float, checkpoint_interval: float | None) -> 
     kept_wall = max(tick - seg.warmup, 0.0)
     progress_wall = max(ran - seg.warmup, 0.0)
     lost = seg.gpus * (min(seg.warmup, ran) + progress_wall - kept_wall)
-    return Outcome(
+    return SegmentOutcome(
         seg.gpus * ran,
         seg.gpus * kept_wall / seg.slowdown,
         lost,

@@ -195,8 +195,7 @@ class JobSpec(_Strict):
                 datetime.fromisoformat(value)
             except ValueError:
                 raise ValueError(
-                    "must be a date and time. To fix: e.g. `2026-12-01T18:00:00Z` "
-                    "or `2026-12-01`"
+                    "must be a date and time. To fix: e.g. `2026-12-01T18:00:00Z` or `2026-12-01`"
                 ) from None
         return value
 

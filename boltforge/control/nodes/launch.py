@@ -60,16 +60,19 @@ class TorchrunLauncher:
         ``MASTER_ADDR`` and ``MASTER_PORT`` for each slot."""
         port = free_port(ports)
         master = slots[0].address if slots else "127.0.0.1"
-        nodes = [s.node for s in slots]
+        seen: dict[str, int] = {}
+        local_ranks = []
+        for s in slots:  # each node's ranks, in the order of ``slots``: 0, 1, ...
+            local_ranks.append(seen.get(s.node, 0))
+            seen[s.node] = local_ranks[-1] + 1
         out = []
-        for s in slots:
-            local = [i for i, n in enumerate(nodes) if n == s.node]
+        for s, local_rank in zip(slots, local_ranks, strict=True):
             out.append(
                 {
                     "RANK": str(s.rank),
                     "WORLD_SIZE": str(len(slots)),
-                    "LOCAL_RANK": str(local.index(s.rank)),
-                    "LOCAL_WORLD_SIZE": str(len(local)),
+                    "LOCAL_RANK": str(local_rank),
+                    "LOCAL_WORLD_SIZE": str(seen[s.node]),
                     "GROUP_RANK": str(s.rank),
                     "MASTER_ADDR": master,
                     "MASTER_PORT": str(port),
@@ -80,6 +83,14 @@ class TorchrunLauncher:
 
 def free_port(ports: set[int]) -> int:
     """The lowest rendezvous port from ``FIRST_PORT`` not in ``ports``, now added to it."""
-    port = next(p for p in range(FIRST_PORT, FIRST_PORT + PORT_RANGE) if p not in ports)
+    port = next((p for p in range(FIRST_PORT, FIRST_PORT + PORT_RANGE) if p not in ports), None)
+    if port is None:
+        raise PortsExhausted(
+            f"all {PORT_RANGE} rendezvous ports from {FIRST_PORT} are in use by running gangs"
+        )
     ports.add(port)
     return port
+
+
+class PortsExhausted(RuntimeError):
+    """Every rendezvous port is taken: more gangs run at once than the port range allows."""

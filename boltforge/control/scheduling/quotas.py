@@ -20,7 +20,7 @@ from boltforge.control.auth import Caller
 from boltforge.control.store.models import AuditRow, RunRow
 from boltforge.core.cycle import Snapshot
 from boltforge.core.model.workload import Job
-from boltforge.core.queueing.lending import Change, LendRule, decide, effective, idle_since
+from boltforge.core.queueing.lending import GuaranteeChange, LendRule, decide, effective, idle_since
 from boltforge.core.queueing.quota import Holdings, QueueSpec, QuotaTree, held_by
 from boltforge.spec.teams import TeamsSpec
 
@@ -102,11 +102,11 @@ def _step(
         floor = max(quotas.started, quotas.floors.get(team, quotas.started), now - rule.after_s)
         since = idle_since(runs.get(team, []), rule.below * total, floor, now)
         change = decide(rule, total, since, team in quotas.lent, wanted, now)
-        if change is Change.LEND:
+        if change is GuaranteeChange.LEND:
             lent = total - sum(effective(g, held_by(holdings, team)).values())
             _record(s, LEND, team, now, total, held, lent, since)
             quotas.lent[team] = now
-        elif change is Change.RESTORE:
+        elif change is GuaranteeChange.RESTORE:
             lent = total - sum(effective(g, held_by(holdings, team)).values())
             _record(s, RESTORE, team, now, total, held, lent, quotas.lent.pop(team))
             quotas.floors[team] = now

@@ -13,7 +13,7 @@ from boltforge.core.model.topology import BoolArray, TopologyTree
 from boltforge.core.placement import crossing as costs
 from boltforge.core.placement.answers import Alternative, RolePlan
 from boltforge.core.placement.hostfit import HostFit, host_fit, select_gpus
-from boltforge.core.placement.search import Candidate, candidates, run
+from boltforge.core.placement.search import DomainCandidate, candidates, run
 from boltforge.core.placement.single import plan_single
 
 # How many of the cheapest candidates may get their exact cost computed before one is chosen.
@@ -73,7 +73,7 @@ def _plan_on(
         return None
     # Exact costs never fall below the search's estimates, so stop once the next estimate
     # cannot beat the best exact cost found (branch and bound over the candidates).
-    scored: list[tuple[costs.CostBreakdown, Candidate, list[Grant]]] = []
+    scored: list[tuple[costs.CostBreakdown, DomainCandidate, list[Grant]]] = []
     for cand in found[:EXACT_CANDIDATES]:
         if scored and cand.value >= scored[0][0].total - 1e-9:
             break
@@ -187,7 +187,7 @@ def _moves(tree: TopologyTree, fit: HostFit, counts: dict[int, int]) -> Iterator
 
 
 def _alternative(
-    tree: TopologyTree, cand: Candidate, breakdown: costs.CostBreakdown | None
+    tree: TopologyTree, cand: DomainCandidate, breakdown: costs.CostBreakdown | None
 ) -> Alternative:
     value = breakdown.total if breakdown else round(cand.value, 3)
     name = tree.domain_name(cand.level, cand.domain)

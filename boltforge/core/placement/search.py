@@ -34,7 +34,7 @@ _INF = np.inf
 
 
 @dataclass(frozen=True, slots=True)
-class Candidate:
+class DomainCandidate:
     """One way to place a role: replicas per host, inside one domain at ``level``."""
 
     level: Level
@@ -239,7 +239,7 @@ def unfold(split: IntArray, n: int, replicas: int) -> list[int]:
 
 def candidates(
     tree: TopologyTree, fit: HostFit, search: RoleSearch, gpus: int, cap: Level
-) -> list[Candidate]:
+) -> list[DomainCandidate]:
     """The best placement in each level's single domain up to ``cap``, cheapest first.
 
     Equal costs go to the tightest fit: the fewest free GPUs left on the host, then in its rack,
@@ -264,12 +264,14 @@ def candidates(
         )
     if cap >= Level.SPINE and np.isfinite(search.spine_cost[R]):
         counts = spine_counts(tree, search, R)
-        out.append(Candidate(Level.SPINE, 0, float(search.spine_cost[R]), counts))
+        out.append(DomainCandidate(Level.SPINE, 0, float(search.spine_cost[R]), counts))
     out.sort(key=lambda c: (round(c.value, 9), c.level))
     return _distinct(out)
 
 
-def host_candidates(tree: TopologyTree, fit: HostFit, replicas: int, gpus: int) -> list[Candidate]:
+def host_candidates(
+    tree: TopologyTree, fit: HostFit, replicas: int, gpus: int
+) -> list[DomainCandidate]:
     """The three best single hosts for all ``replicas``: cheapest inside, then tightest fit
     (fewest free GPUs left on the host, then in its rack, then in its pod)."""
     single = np.flatnonzero(fit.slots >= replicas)
@@ -285,20 +287,20 @@ def host_candidates(tree: TopologyTree, fit: HostFit, replicas: int, gpus: int) 
     out = []
     for i in np.lexsort(keys)[:3]:
         h = int(single[i])
-        out.append(Candidate(Level.HOST, h, float(vals[i]), {h: replicas}))
+        out.append(DomainCandidate(Level.HOST, h, float(vals[i]), {h: replicas}))
     return out
 
 
 def _best(
     costs: FloatArray, then: FloatArray | IntArray, level: Level, counts_of: object
-) -> list[Candidate]:
+) -> list[DomainCandidate]:
     finite = np.flatnonzero(np.isfinite(costs))
     best = finite[np.lexsort((then[finite], costs[finite].round(9)))[:3]]
     assert callable(counts_of)
-    return [Candidate(level, int(d), float(costs[d]), counts_of(int(d))) for d in best]
+    return [DomainCandidate(level, int(d), float(costs[d]), counts_of(int(d))) for d in best]
 
 
-def _distinct(cands: list[Candidate]) -> list[Candidate]:
+def _distinct(cands: list[DomainCandidate]) -> list[DomainCandidate]:
     seen: set[frozenset[tuple[int, int]]] = set()
     out = []
     for c in cands:

@@ -21,7 +21,7 @@ from boltforge.core.placement.answers import Outcome, Placement
 from boltforge.core.placement.modes import could_ever_fit
 from boltforge.core.placement.place import domain_column
 from boltforge.core.preempt.freeing import Need, Option, Shortfall
-from boltforge.core.preempt.victims import Action, PreemptRules, Refusal, Screening, Tier
+from boltforge.core.preempt.victims import Action, PreemptRules, Refusal, Screening, VictimTier
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,9 +75,9 @@ def gpu_hours(gpu_seconds: float) -> str:
 
 def _tag(action: Action, job: Job) -> str:
     cand = action.cand
-    if cand.tier == Tier.RECLAIM:
+    if cand.tier == VictimTier.RECLAIM:
         return f" [runs on quota borrowed from {job.queue}: reclaimed first]"
-    if cand.tier == Tier.OVER_QUOTA:
+    if cand.tier == VictimTier.OVER_QUOTA:
         return " [over its quota]"
     return f" [class {cand.priority}]"
 

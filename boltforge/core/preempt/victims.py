@@ -77,7 +77,7 @@ class Refusal(StrEnum):
     UNKNOWN = "unknown"
 
 
-class Tier(StrEnum):
+class VictimTier(StrEnum):
     """Preference tiers among candidates, most preferred first."""
 
     RECLAIM = "reclaim"
@@ -95,7 +95,7 @@ class Candidate:
 
     run: Running
     grants: tuple[Grant, ...]
-    tier: Tier
+    tier: VictimTier
     weight: float
     spare: int
     role: str
@@ -120,9 +120,9 @@ class Candidate:
 
     def rank(self) -> tuple[int, ...]:
         """Position of this candidate's tier in the preference order (lower goes first)."""
-        if self.tier == Tier.RECLAIM:
+        if self.tier == VictimTier.RECLAIM:
             return (0,)
-        if self.tier == Tier.OVER_QUOTA:
+        if self.tier == VictimTier.OVER_QUOTA:
             return (1,)
         return (2, *(-x for x in self.standing or (self.priority,)))  # lowest standing first
 
@@ -252,11 +252,11 @@ def _candidate(
 ) -> Candidate:
     victim = run.job
     if victim.id in reclaim_from:
-        tier, weight = Tier.RECLAIM, RECLAIM_WEIGHT
+        tier, weight = VictimTier.RECLAIM, RECLAIM_WEIGHT
     elif victim.id in over_quota:
-        tier, weight = Tier.OVER_QUOTA, OVER_QUOTA_WEIGHT
+        tier, weight = VictimTier.OVER_QUOTA, OVER_QUOTA_WEIGHT
     else:
-        tier, weight = Tier.CLASS, class_weight(victim.priority)
+        tier, weight = VictimTier.CLASS, class_weight(victim.priority)
     role = victim.gang.roles[0].name if victim.gang.roles else ""
     spare = 0
     resized = run.last_resized is not None and now - run.last_resized < rules.cooldown_s

@@ -27,7 +27,7 @@ class LendRule:
     after_s: float = DAY_S
 
 
-class Change(Enum):
+class GuaranteeChange(Enum):
     """What a pass does to a queue's guarantee."""
 
     LEND = "lend"
@@ -79,7 +79,7 @@ def decide(
     lent: bool,
     wanted: bool,
     now: float,
-) -> Change | None:
+) -> GuaranteeChange | None:
     """The change to a queue's guarantee this pass, if any.
 
     ``since``: when its use fell below ``rule.below`` (``idle_since``), None when it is at or
@@ -87,7 +87,7 @@ def decide(
     waiting job the lent part would admit. A lent guarantee is restored when wanted or used
     again; a kept one is lent once unused for ``rule.after_s`` and not wanted."""
     if lent:
-        return Change.RESTORE if wanted or since is None else None
+        return GuaranteeChange.RESTORE if wanted or since is None else None
     if guaranteed <= 0 or wanted or since is None or rule.below <= 0:
         return None
-    return Change.LEND if now - since >= rule.after_s else None
+    return GuaranteeChange.LEND if now - since >= rule.after_s else None

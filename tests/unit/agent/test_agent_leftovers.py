@@ -30,7 +30,7 @@ from boltforge.agent.leftovers import (
 )
 from boltforge.agent.outbox import Outbox
 from boltforge.agent.processes import prepare, replica_env, replica_paths
-from boltforge.agent.runtime import Runtime
+from boltforge.agent.runtime import AgentRuntime
 from boltforge.control.store.db import Database
 from boltforge.control.store.invariants import double_allocations
 from boltforge.testing.processes import LocalCluster
@@ -82,12 +82,12 @@ def run_like_a_replica(
     return subprocess.Popen(command, env=env, start_new_session=True)
 
 
-def restarted(work: Path) -> Runtime:
+def restarted(work: Path) -> AgentRuntime:
     """The runtime of an agent started again on ``work``."""
-    return Runtime(work, Outbox(), on_exit=lambda: None)
+    return AgentRuntime(work, Outbox(), on_exit=lambda: None)
 
 
-def end_leftovers(runtime: Runtime, max_grace_s: float = 30.0) -> int:
+def end_leftovers(runtime: AgentRuntime, max_grace_s: float = 30.0) -> int:
     return asyncio.run(runtime.end_leftovers(max_grace_s))
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from boltforge.core.queueing.lending import Change, LendRule, decide, effective, idle_since
+from boltforge.core.queueing.lending import GuaranteeChange, LendRule, decide, effective, idle_since
 from boltforge.spec.errors import SpecError
 from boltforge.spec.teams import TeamsSpec, load_teams, parse_teams
 
@@ -56,12 +56,12 @@ def test_a_lent_guarantee_drops_to_what_the_team_holds() -> None:
 @pytest.mark.parametrize(
     ("since", "lent", "wanted", "now", "change"),
     [
-        (0.0, False, False, 24 * HOUR, Change.LEND),
+        (0.0, False, False, 24 * HOUR, GuaranteeChange.LEND),
         (0.0, False, False, 24 * HOUR - 1, None),
         (0.0, False, True, 48 * HOUR, None),
         (None, False, False, 48 * HOUR, None),
-        (0.0, True, True, 48 * HOUR, Change.RESTORE),
-        (None, True, False, 48 * HOUR, Change.RESTORE),
+        (0.0, True, True, 48 * HOUR, GuaranteeChange.RESTORE),
+        (None, True, False, 48 * HOUR, GuaranteeChange.RESTORE),
         (0.0, True, False, 48 * HOUR, None),
     ],
     ids=[
@@ -75,7 +75,7 @@ def test_a_lent_guarantee_drops_to_what_the_team_holds() -> None:
     ],
 )
 def test_decide(
-    since: float | None, lent: bool, wanted: bool, now: float, change: Change | None
+    since: float | None, lent: bool, wanted: bool, now: float, change: GuaranteeChange | None
 ) -> None:
     assert decide(LendRule(), 64, since, lent, wanted, now) is change
 
