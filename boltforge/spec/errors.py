@@ -49,6 +49,12 @@ _HINTS = {
     "int_type": "must be a whole number",
     "float_parsing": "must be a number",
     "bool_parsing": "must be true or false",
+    "model_type": "must be a mapping of its own fields. To fix: write it as `key: value` lines "
+    "under the field (see the examples in the docs)",
+    "model_attributes_type": "must be a mapping of its own fields. To fix: write it as "
+    "`key: value` lines under the field",
+    "dict_type": "must be a mapping. To fix: write it as `key: value` lines under the field",
+    "list_type": "must be a list. To fix: write each item on its own `- ` line",
     "greater_than": "is too small",
     "greater_than_equal": "is too small",
     "less_than_equal": "is too large",

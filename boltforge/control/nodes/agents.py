@@ -21,10 +21,12 @@ from sqlalchemy.orm import Session
 
 from boltforge.control.jobs.restarts import restart_or_fail
 from boltforge.control.nodes.activity import merge
+from boltforge.control.nodes.reports import maybe_running
 from boltforge.control.scheduling import intent
 from boltforge.control.scheduling.actuate import Touched, halt
 from boltforge.control.scheduling.fleet import check_inventory
 from boltforge.control.scheduling.lifecycle import HOLDING
+from boltforge.control.store.db import by_key
 from boltforge.control.store.mirror import Mirror
 from boltforge.control.store.models import JobRow, NodeRow, ReplicaRow
 from boltforge.wire.agent import (
@@ -136,10 +138,14 @@ def reconcile(
         if st.replica not in expected or expected[st.replica].epoch != st.epoch
     ]
     touched = Touched()
+    adopted: set[str] = set()
     for st in running:
         rep = expected.get(st.replica)
         if rep is not None and rep.state == "starting" and st.state == "running":
             rep.state, rep.pid, rep.started_at = "running", st.pid, rep.started_at or now
+            adopted.add(rep.job_id)
+    for job in by_key(s, JobRow, adopted).values():
+        maybe_running(s, job, now)  # its start reports may never have arrived
     if forget_missing:
         have = {st.replica for st in running}
         gone = [r for r in expected.values() if r.id not in have]

@@ -80,10 +80,10 @@ def _started(s: Session, job: JobRow, rep: ReplicaRow, ev: ReplicaEvent) -> None
     if rep.state not in ("starting", "running"):
         return
     rep.state, rep.pid, rep.started_at = "running", ev.pid, ev.at
-    _maybe_running(s, job, ev.at)
+    maybe_running(s, job, ev.at)
 
 
-def _maybe_running(s: Session, job: JobRow, at: float) -> None:
+def maybe_running(s: Session, job: JobRow, at: float) -> None:
     """A scheduled job runs once every replica of its epoch has started (some may already
     have finished)."""
     if job.state != "scheduled":
@@ -109,7 +109,7 @@ def _ended(s: Session, job: JobRow, rep: ReplicaRow, ev: ReplicaEvent) -> Touche
     touched = Touched()
     if rep.epoch != job.epoch:
         return touched  # a replica of an allocation the job has left: its GPUs are free now
-    _maybe_running(s, job, ev.at)
+    maybe_running(s, job, ev.at)
     reps = _epoch(s, job)
     alive = [r for r in reps if r.state not in ("exited", "lost")]
     if job.state == "preempting":

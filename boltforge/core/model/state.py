@@ -208,7 +208,7 @@ class FleetState:
             g = grants[0]
             free = self.free[g.host].tolist()
             if len(set(g.gpus)) != len(g.gpus) or not all(
-                gpu < width and free[gpu] for gpu in g.gpus
+                0 <= gpu < width and free[gpu] for gpu in g.gpus
             ):
                 self._conflict(g)
             if (
@@ -222,7 +222,7 @@ class FleetState:
         memory: dict[int, float] = {}
         for g in grants:
             for gpu in g.gpus:
-                if gpu >= width or not self.free[g.host, gpu] or (g.host, gpu) in seen:
+                if not 0 <= gpu < width or not self.free[g.host, gpu] or (g.host, gpu) in seen:
                     self._conflict(g)
                 seen.add((g.host, gpu))
             cpus[g.host] = cpus.get(g.host, 0.0) + g.cpus
@@ -233,7 +233,8 @@ class FleetState:
 
     def _conflict(self, g: Grant) -> None:
         """Raise ``Conflict`` naming the first GPU of ``g`` that is not free."""
-        taken = [gpu for gpu in g.gpus if gpu >= self.free.shape[1] or not self.free[g.host, gpu]]
+        width = self.free.shape[1]
+        taken = [gpu for gpu in g.gpus if not 0 <= gpu < width or not self.free[g.host, gpu]]
         gpu = taken[0] if taken else g.gpus[0]
         raise Conflict(f"GPU {gpu} of {self.tree.hosts[g.host].name} is not free")
 
