@@ -51,9 +51,10 @@ def resolve(server: str | None, token: str | None) -> tuple[str, str | None]:
     path = config_path()
     if path.exists():
         try:
-            saved = json.loads(path.read_text())
+            loaded = json.loads(path.read_text())
         except (OSError, ValueError):
-            saved = {}
+            loaded = {}
+        saved = loaded if isinstance(loaded, dict) else {}  # not what `bolt up` writes: ignored
     url = server or os.environ.get("BOLT_SERVER") or saved.get("server") or DEFAULT_SERVER
     tok = token or os.environ.get("BOLT_TOKEN") or saved.get("token")
     return str(url).rstrip("/"), tok

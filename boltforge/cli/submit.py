@@ -65,9 +65,11 @@ def _request(
     file: Path, gpus: str | None, priority: str | None, team: str | None, array: str | None
 ) -> SubmitRequest:
     try:
-        text = file.read_text()
+        text = file.read_text(encoding="utf-8")
     except OSError as e:
         fail(f"{file}: cannot read it ({e.strerror}). To fix: check the path", EXIT_BAD_INPUT)
+    except UnicodeDecodeError:
+        fail(f"{file}: is not UTF-8 text. To fix: save the job spec as UTF-8 YAML", EXIT_BAD_INPUT)
     try:
         return SubmitRequest(
             yaml=text,
