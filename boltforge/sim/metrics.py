@@ -233,10 +233,11 @@ def water_fill(demands: Mapping[str, float], capacity: float) -> dict[str, float
 def jain(xs: Sequence[float]) -> float | None:
     """Jain's fairness index ``(sum x)^2 / (n * sum x^2)`` in ``[1/n, 1]``; ``None`` if empty
     or all zero."""
-    square_sum = sum(x * x for x in xs)
-    if not xs or square_sum <= 0.0:
+    top = max((abs(x) for x in xs), default=0.0)
+    if top <= 0.0:
         return None
-    return sum(xs) ** 2 / (len(xs) * square_sum)
+    scaled = [x / top for x in xs]  # the index is scale-free; scaling keeps tiny values' squares
+    return sum(scaled) ** 2 / (len(scaled) * sum(x * x for x in scaled))
 
 
 def to_json(m: Metrics) -> dict[str, object]:

@@ -55,14 +55,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
-        problems = [
-            Problem(
-                field=".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body",
-                value=_plain(err.get("input")),
-                message=f"{err.get('msg', 'is invalid')}. To fix: correct this field",
-            )
-            for err in e.errors()
-        ]
+        problems = [_problem(err) for err in e.errors()]
         return _reply(422, f"invalid request: {len(problems)} problem(s)", problems)
 
     @app.exception_handler(StarletteHTTPException)
@@ -96,3 +89,20 @@ def _plain(value: Any) -> Any:
         return value
     text = str(value)
     return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _problem(err: Any) -> Problem:
+    """One of FastAPI's validation errors as a ``Problem``: the field's dotted path, or
+    ``body`` for a body that is not JSON at all (its error names only a character offset)."""
+    if err.get("type") == "json_invalid":
+        return Problem(
+            field="body",
+            value=None,
+            message=f"is not valid JSON ({err.get('ctx', {}).get('error', 'cannot be decoded')}"
+            f" at character {err.get('loc', ('', '?'))[-1]}). To fix: send a JSON object",
+        )
+    return Problem(
+        field=".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body",
+        value=_plain(err.get("input")),
+        message=f"{err.get('msg', 'is invalid')}. To fix: correct this field",
+    )
