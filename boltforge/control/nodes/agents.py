@@ -121,9 +121,11 @@ def current_in(mirror: Mirror, name: str, session: str) -> None:
 def reconcile(
     s: Session, node: NodeRow, running: list[ReplicaStatus], now: float, forget_missing: bool
 ) -> tuple[list[str], Touched]:
-    """Replicas the node runs that the store does not expect are to be stopped; with
-    ``forget_missing`` (a fresh registration), replicas the store expects there but the node
-    no longer has are lost."""
+    """Replicas the node runs that the store does not expect are to be stopped; those it
+    expects and still had ``starting`` are adopted as running. With ``forget_missing`` (a
+    fresh registration), replicas the store expects there but the node no longer has are
+    lost, and a job whose every replica now runs moves to running (a heartbeat leaves that
+    to the start reports already on their way)."""
     expected = {
         r.id: r
         for r in s.scalars(
@@ -144,8 +146,9 @@ def reconcile(
         if rep is not None and rep.state == "starting" and st.state == "running":
             rep.state, rep.pid, rep.started_at = "running", st.pid, rep.started_at or now
             adopted.add(rep.job_id)
-    for job in by_key(s, JobRow, adopted).values():
-        maybe_running(s, job, now)  # its start reports may never have arrived
+    if forget_missing:  # a restarted agent's start reports may be lost with its outbox
+        for job in by_key(s, JobRow, adopted).values():
+            maybe_running(s, job, now)
     if forget_missing:
         have = {st.replica for st in running}
         gone = [r for r in expected.values() if r.id not in have]
