@@ -632,7 +632,7 @@ def _start_smaller(p: _Pass, job: Job, position: int, blocked: frozenset[int]) -
     assert job.elastic is not None
     full = job.gang.roles[0].replicas
     for replicas in range(full - 1, max(job.elastic[0], 1) - 1, -1):
-        smaller = _replace_replicas(job.gang, replicas)
+        smaller = job.gang.resized(replicas)
         placement, _, _ = _place(p, smaller, blocked)
         if placement is None:
             continue
@@ -656,11 +656,6 @@ def _start_smaller(p: _Pass, job: Job, position: int, blocked: frozenset[int]) -
         _bind(p, job, placement, position, replicas, note, scaled, verdict.borrowed)
         return True
     return False
-
-
-def _replace_replicas(gang: Gang, replicas: int) -> Gang:
-    first = replace(gang.roles[0], replicas=replicas)
-    return replace(gang, roles=(first, *gang.roles[1:]))
 
 
 __all__ = [

@@ -25,7 +25,6 @@ import numpy as np
 from boltforge.core.billing.meter import pool_dollars
 from boltforge.core.cycle import Snapshot, run_cycle, schedule_arrival
 from boltforge.core.decisions import CycleResult, Evict, Reserve, Resize
-from boltforge.core.model.gang import Gang
 from boltforge.core.model.state import Allocation, FleetState, Grant
 from boltforge.core.model.topology import TopologyTree
 from boltforge.core.model.workload import Job, Running, Usage
@@ -350,7 +349,7 @@ class Simulation:
     def _ideal(self, job: Job, replicas: int) -> Placement | None:
         """The empty fleet's placement of ``job`` at ``replicas`` replicas of its first role
         (what its speed is measured against), computed once per shape."""
-        gang = _with_replicas(job, replicas)
+        gang = job.gang.resized(replicas)
         shape = shape_of(gang)
         if shape not in self.ideal:
             self.ideal[shape] = place_gang(FleetState(self.tree), gang)[0]
@@ -560,16 +559,6 @@ def _below_maximum(run: Running) -> bool:
     """Whether ``run`` is of an elastic job holding fewer replicas than its maximum."""
     elastic = run.job.elastic
     return elastic is not None and len(run.allocation.grants) < elastic[1]
-
-
-def _with_replicas(job: Job, replicas: int) -> Gang:
-    """``job``'s gang with ``replicas`` replicas of its first role (the gang itself when that
-    is its size)."""
-    first = job.gang.roles[0]
-    if replicas == first.replicas:
-        return job.gang
-    roles = (replace(first, replicas=replicas), *job.gang.roles[1:])
-    return replace(job.gang, roles=roles)
 
 
 def team_tree(trace: list[TraceJob]) -> QuotaTree:

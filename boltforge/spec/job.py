@@ -180,10 +180,12 @@ class JobSpec(_Strict):
     @field_validator("gpus")
     @classmethod
     def _gpus(cls, value: int | str | None) -> int | str | None:
-        if isinstance(value, str) and not value.strip().isdigit() and not SHORTHAND.match(value):
+        if value is None:
+            return value
+        parsed = parse_gpus(value)
+        if parsed is None:
             raise ValueError("must be a count or COUNTxTYPE. To fix: e.g. `64` or `64xH100`")
-        count = value if isinstance(value, int) else _leading_count(value)
-        if count is not None and count < 1:
+        if parsed[0] < 1:
             raise ValueError("must be at least 1. To fix: ask for 1 or more GPUs, or omit it")
         return value
 
@@ -221,13 +223,9 @@ class JobSpec(_Strict):
         """The one-role form's GPU count and the GPU model named by the shorthand, if any."""
         if self.gpus is None:
             return 0, None
-        if isinstance(self.gpus, int):
-            return self.gpus, None
-        if self.gpus.strip().isdigit():
-            return int(self.gpus), None
-        m = SHORTHAND.match(self.gpus)
-        assert m is not None
-        return int(m.group(1)), m.group(2)
+        parsed = parse_gpus(self.gpus)
+        assert parsed is not None  # the validator let only parseable values through
+        return parsed
 
 
 def parse_job(data: object, source: str = "job") -> JobSpec:
@@ -244,9 +242,12 @@ def load_job(path: str | Path) -> JobSpec:
     return parse_job(read_yaml(path), str(path))
 
 
-def _leading_count(value: str | None) -> int | None:
-    """The count a ``gpus`` text starts with (``64`` of ``64xH100``); None without one."""
-    if value is None:
-        return None
-    digits = value.strip().split("x", 1)[0].strip()
-    return int(digits) if digits.isdigit() else None
+def parse_gpus(value: int | str) -> tuple[int, str | None] | None:
+    """``gpus`` as (count, GPU model or None): ``64`` and ``"64"`` give (64, None),
+    ``"64xH100"`` gives (64, "H100"); None for text of neither form."""
+    if isinstance(value, int):
+        return value, None
+    if value.strip().isdigit():
+        return int(value), None
+    m = SHORTHAND.match(value)
+    return (int(m.group(1)), m.group(2)) if m else None

@@ -1,5 +1,5 @@
-"""Simulation results built by hand, for tests of what reads them (metrics, reports, the
-console's report pages)."""
+"""Simulation results and job records built by hand, for tests of what reads them (metrics,
+reports, the console's report pages)."""
 
 from __future__ import annotations
 
@@ -34,3 +34,30 @@ def sim(policy: str, stretch: float, n_samples: int = 50) -> SimResult:
 
 def build(results: dict[str, SimResult]) -> dict[str, Metrics]:
     return {name: compute(r) for name, r in results.items()}
+
+
+def rec(
+    id: str,
+    submit: float,
+    start: float | None,
+    finish: float | None,
+    duration: float = 100.0,
+    gpus: int = 1,
+    team: str = "a",
+    allocated: float = 0.0,
+    productive: float = 0.0,
+    **kw: float,
+) -> JobRecord:
+    """A job record; ``kw`` sets the counters (preemptions, lost_gpu_s, dollars, ...)."""
+    return JobRecord(
+        id=id,
+        team=team,
+        gpus=gpus,
+        submit_s=submit,
+        duration_s=duration,
+        start_s=start,
+        finish_s=finish,
+        allocated_gpu_s=allocated,
+        productive_gpu_s=productive,
+        **kw,  # type: ignore[arg-type]
+    )

@@ -18,6 +18,8 @@ from boltforge.control.scheduling.world import World
 from boltforge.control.store.db import by_key
 from boltforge.control.store.mirror import stage
 from boltforge.control.store.models import HELD, JobRow, ReplicaRow, RunRow
+from boltforge.core.billing.meter import dollars_per_hour
+from boltforge.core.cycle import gpus_by_pool
 from boltforge.core.decisions import Bind, CycleResult, Evict, Resize, Waiting
 from boltforge.core.model.levels import Level
 from boltforge.core.model.state import Grant
@@ -277,7 +279,8 @@ def _new_epoch(
     for slot, g, env in zip(slots, grants, envs, strict=True):
         s.add(_replica(row, slot, g, env, settings))
     gpus = sum(len(g.gpus) for g in grants)
-    price = sum(tree.pool_of(g.host).price_per_gpu_hour * len(g.gpus) for g in grants)
+    prices = {pool.name: pool.price_per_gpu_hour for pool in tree.pools}
+    price = dollars_per_hour(gpus_by_pool(tree, grants), prices)
     s.add(
         RunRow(
             job_id=row.id,

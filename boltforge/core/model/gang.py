@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from boltforge.core.model.levels import Level
@@ -98,3 +98,8 @@ class Gang:
     @property
     def total_gpus(self) -> int:
         return sum(r.total_gpus for r in self.roles)
+
+    def resized(self, replicas: int) -> Gang:
+        """This gang with ``replicas`` replicas of its first role (an elastic job's size)."""
+        first = replace(self.roles[0], replicas=replicas)
+        return replace(self, roles=(first, *self.roles[1:]))

@@ -15,6 +15,7 @@ from boltforge.core.model.state import FleetState
 from boltforge.core.model.workload import Job, Running
 from boltforge.core.placement.modes import when_and_where
 from boltforge.core.placement.place import Outcome
+from boltforge.core.preempt.text import span
 
 NEVER_RUNS = "the job can never run on this fleet"
 NO_START = "no start can be promised (the jobs in its way have no expected end)"
@@ -78,7 +79,7 @@ def judge(job: Job, start: float, now: float) -> Outlook:
         return Outlook(now, None, None, start, finish, None, "", timing)
     slack = job.deadline - finish
     verdict = "reachable" if slack >= 0 else "not reachable"
-    spare = f"{_span(slack)} {'to spare' if slack >= 0 else 'late'}"
+    spare = f"{span(abs(slack))} {'to spare' if slack >= 0 else 'late'}"
     message = f"deadline {verdict}: {timing}; due {_from(job.deadline, now)}, {spare}"
     return Outlook(now, job.deadline, slack >= 0, start, finish, slack, "", message)
 
@@ -100,16 +101,4 @@ def _from(at: float, now: float) -> str:
     left = at - now
     if abs(left) < 1:
         return "now"
-    return f"in {_span(left)}" if left > 0 else f"{_span(left)} ago"
-
-
-def _span(seconds: float) -> str:
-    """``45 s``, ``30 min``, ``3.5 h`` or ``2 d`` (the sign is dropped)."""
-    s = abs(seconds)
-    if s < 90:
-        return f"{s:.0f} s"
-    if s < 120 * 60:
-        return f"{s / 60:.0f} min"
-    if s < 48 * 3600:
-        return f"{s / 3600:.1f} h"
-    return f"{s / 86400:.0f} d"
+    return f"in {span(left)}" if left > 0 else f"{span(-left)} ago"

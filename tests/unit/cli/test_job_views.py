@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 from typer.testing import CliRunner, Result
+from wire_kit import job_summary
 
 import boltforge.cli.remote as remote
 import boltforge.cli.story as story_module
@@ -135,18 +136,7 @@ def clean_failure(result: Result, code: int) -> None:
 
 
 def summary(id_: str, state: str = "pending", **fields: Any) -> JobSummary:
-    base: dict[str, Any] = {
-        "id": id_,
-        "name": f"job-{id_}",
-        "team": "research",
-        "priority": 50,
-        "priority_name": "normal",
-        "state": state,
-        "gpus": 8,
-        "replicas": 1,
-        "submitted_at": time.time() - 3600,
-    }
-    return JobSummary.model_validate(base | fields)
+    return job_summary(id_, state, time.time() - 3600, **fields)
 
 
 def event(seq: int, at: float, kind: str, message: str, **data: Any) -> EventOut:

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
+from wire_kit import job_summary
 
 from boltforge.cli.cost import budget_line, cost_table, savings_line, write_csv
 from boltforge.cli.nodes import nodes_table, state_text
@@ -236,18 +237,7 @@ def test_a_later_start_names_the_jobs_it_waits_for_and_when() -> None:
 
 
 def job(id_: str, state: str = "pending", **fields: Any) -> JobSummary:
-    base: dict[str, Any] = {
-        "id": id_,
-        "name": f"job-{id_}",
-        "team": "research",
-        "priority": 50,
-        "priority_name": "normal",
-        "state": state,
-        "gpus": 8,
-        "replicas": 1,
-        "submitted_at": NOW - 100,
-    }
-    return JobSummary.model_validate(base | fields)
+    return job_summary(id_, state, NOW - 100, **fields)
 
 
 def test_waiting_array_tasks_fold_into_one_row_at_the_first_tasks_place() -> None:

@@ -6,36 +6,10 @@ import json
 from dataclasses import replace
 
 import pytest
+from sim_kit import rec
 
 from boltforge.sim.metrics import Metrics, compute, jain, to_json, water_fill, window
 from boltforge.sim.records import JobRecord, Sample, SimResult
-
-
-def rec(
-    id: str,
-    submit: float,
-    start: float | None,
-    finish: float | None,
-    duration: float,
-    gpus: int = 1,
-    team: str = "a",
-    allocated: float = 0.0,
-    productive: float = 0.0,
-    **kw: float,
-) -> JobRecord:
-    """A job record; ``kw`` sets the counters (preemptions, lost_gpu_s, dollars, ...)."""
-    return JobRecord(
-        id=id,
-        team=team,
-        gpus=gpus,
-        submit_s=submit,
-        duration_s=duration,
-        start_s=start,
-        finish_s=finish,
-        allocated_gpu_s=allocated,
-        productive_gpu_s=productive,
-        **kw,  # type: ignore[arg-type]
-    )
 
 
 def sample(t: float, allocated: int, productive: float | None = None, frag: float = 0.0) -> Sample:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sim_kit import rec
 
 from boltforge.sim.jobs import elastic_range, per_replica, with_deadlines, with_elastic
 from boltforge.sim.metrics import BOUND_S, compute, jain, water_fill, window
@@ -292,30 +293,6 @@ def test_elastic_range_always_includes_the_requested_replicas() -> None:
 
 
 # --- metrics ------------------------------------------------------------------------------
-
-
-def rec(
-    id: str,
-    submit: float,
-    start: float | None,
-    finish: float | None,
-    duration: float = 100.0,
-    gpus: int = 1,
-    team: str = "a",
-    allocated: float = 0.0,
-    productive: float = 0.0,
-) -> JobRecord:
-    return JobRecord(
-        id=id,
-        team=team,
-        gpus=gpus,
-        submit_s=submit,
-        duration_s=duration,
-        start_s=start,
-        finish_s=finish,
-        allocated_gpu_s=allocated,
-        productive_gpu_s=productive,
-    )
 
 
 def sample(t: float, allocated: int, queued: int = 0, productive: float | None = None) -> Sample:
