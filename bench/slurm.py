@@ -1,0 +1,166 @@
+"""Boltforge on a real Slurm cluster against Slurm alone, on the same cluster: a slurmctld
+with 8 slurmd nodes of 8 emulated GPUs in two racks (``topology/tree``), a ``bolt server``
+and ``bolt slurm-bridge``.
+
+- **preempt_signal_ms**: a low-priority job holds all 64 GPUs and checkpoints; a
+  high-priority 2-node job is submitted with plain ``sbatch`` to the managed partition
+  (``bolt``); the time until the victim's batch script gets SIGTERM (it writes the time).
+  Repeated ``--rounds`` times, each with a fresh victim.
+- **slurm_preempt_signal_ms**: the same, through Slurm's own ``partition_prio`` preemption
+  with requeue: the victim in partition ``low``, the high job in ``high`` (neither managed).
+- **split_jobs**: the same ``--jobs``-job sequence (1 to 4 nodes of 8 GPUs, 1 to 4 s each,
+  seeded) sent at once to Slurm alone (``low``, placed by ``topology/tree``) and to Boltforge
+  (``bolt``); how many multi-node jobs each ran across both racks.
+
+``--json`` prints ``{"preempt_signal_ms": {"p50", "p99"}, "slurm_preempt_signal_ms":
+{"p50", "p99"}, "split_jobs": {"slurm", "boltforge"}, "multi_node_jobs": N, ...}``.
+Needs root and Debian's slurm-wlm and munge. Figures depend on the machine; nothing here
+asserts them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from boltforge.slurm.model import hostnames
+from boltforge.testing.slurm_fleet import SlurmFleet, slurm_fleet, wait_until
+
+VICTIM = """
+trap 'date +%s.%N > "{out}.term"; exit 0' TERM
+touch "{out}.ready"
+while true; do sleep 0.05; done
+"""
+QUICK = "sleep {seconds}\n"
+
+
+def pct(values: list[float]) -> dict[str, float]:
+    return {
+        "p50": round(float(np.percentile(values, 50)), 1),
+        "p99": round(float(np.percentile(values, 99)), 1),
+    }
+
+
+def states(fleet: SlurmFleet) -> dict[str, dict[str, Any]]:
+    out = fleet.slurm.run("squeue", "--json", "--states=all")
+    return {str(j["job_id"]): j for j in json.loads(out)["jobs"]}
+
+
+def signal_ms(fleet: SlurmFleet, victim_part: str, high_part: str, tag: str) -> float:
+    """Run a victim on every node, submit a high job, time the victim's SIGTERM."""
+    out = fleet.data / f"{tag}-{time.monotonic_ns()}"
+    script = VICTIM.format(out=out)
+    victim = fleet.slurm.sbatch(
+        "-p", victim_part, "-N8", "--gres=gpu:8", "--qos=low", script=script
+    )
+    wait_until(lambda: Path(f"{out}.ready").exists(), 60, "the victim to run")
+    time.sleep(0.5)  # its trap is set
+    sent = time.time()
+    high = fleet.slurm.sbatch(
+        "-p", high_part, "-N2", "--gres=gpu:8", "--qos=high", script=QUICK.format(seconds=1)
+    )
+    wait_until(lambda: Path(f"{out}.term").exists(), 60, "the victim's SIGTERM")
+    took = (float(Path(f"{out}.term").read_text()) - sent) * 1000
+    if victim_part == "bolt":  # the victim is requeued by Boltforge: cancel it there
+        api = fleet.api
+        for sid in (victim, high):
+            bf = wait_until(lambda s=sid: fleet.boltforge_id(s), 30, "the Boltforge job")
+            api.cancel(bf)
+    else:
+        fleet.slurm.run("scancel", victim, high)
+    wait_until(lambda: quiet(fleet), 60, "the cluster to empty")
+    return took
+
+
+def idle(fleet: SlurmFleet) -> bool:
+    running = ("RUNNING", "COMPLETING", "CONFIGURING")
+    return not any(j["job_state"] in running for j in states(fleet).values())
+
+
+def quiet(fleet: SlurmFleet) -> bool:
+    """Nothing runs or waits in Slurm."""
+    live = ("RUNNING", "COMPLETING", "CONFIGURING", "PENDING")
+    return not any(j["job_state"] in live for j in states(fleet).values())
+
+
+def sequence(jobs: int, seed: int) -> list[tuple[int, int]]:
+    """(nodes, seconds) per job: mostly multi-node, as fragmenting as a busy queue."""
+    rng = random.Random(seed)
+    return [(rng.choice([1, 1, 2, 2, 3, 4]), rng.randint(1, 4)) for _ in range(jobs)]
+
+
+def splits(fleet: SlurmFleet, partition: str, seq: list[tuple[int, int]]) -> tuple[int, int]:
+    """Send ``seq`` at once to ``partition``; (multi-node jobs, those spread over racks)."""
+    ids = [
+        fleet.slurm.sbatch(
+            "-p", partition, f"-N{n}", "--gres=gpu:8", script=QUICK.format(seconds=s)
+        )
+        for n, s in seq
+    ]
+    seen: dict[str, tuple[str, ...]] = {}
+    deadline = time.monotonic() + 600
+    while len(seen) < len(ids) and time.monotonic() < deadline:
+        for sid, j in states(fleet).items():
+            if sid in ids and sid not in seen and j["job_state"] in ("RUNNING", "COMPLETING"):
+                seen[sid] = hostnames(str(j["nodes"]))
+        time.sleep(0.1)
+    rack = {n: i for i, r in enumerate(fleet.slurm.racks) for n in r}
+    multi = [nodes for nodes in seen.values() if len(nodes) > 1]
+    wait_until(lambda: quiet(fleet), 120, "the sequence to finish")
+    return len(multi), sum(1 for nodes in multi if len({rack[n] for n in nodes}) > 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--jobs", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    # Every round bumps the same GPUs, far beyond a real churn budget.
+    churn = ["--churn", "1000"]
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-slurm-") as tmp,
+        slurm_fleet(Path(tmp), server_args=churn) as fleet,
+    ):
+        ours = [signal_ms(fleet, "bolt", "bolt", "bolt") for _ in range(args.rounds)]
+        theirs = [signal_ms(fleet, "low", "high", "slurm") for _ in range(args.rounds)]
+        seq = sequence(args.jobs, args.seed)
+        multi, slurm_split = splits(fleet, "low", seq)
+        _, bolt_split = splits(fleet, "bolt", seq)
+    result = {
+        "preempt_signal_ms": pct(ours),
+        "slurm_preempt_signal_ms": pct(theirs),
+        "speedup_p50": round(statistics.median(theirs) / statistics.median(ours), 1),
+        "split_jobs": {"slurm": slurm_split, "boltforge": bolt_split},
+        "multi_node_jobs": multi,
+        "rounds": args.rounds,
+        "jobs": args.jobs,
+    }
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(f"high-priority sbatch to SIGTERM at the victim ({args.rounds} rounds):")
+    print(
+        f"  Boltforge on Slurm   p50 {result['preempt_signal_ms']['p50']:8.1f} ms"
+        f"   p99 {result['preempt_signal_ms']['p99']:8.1f} ms"
+    )
+    print(
+        f"  Slurm partition_prio p50 {result['slurm_preempt_signal_ms']['p50']:8.1f} ms"
+        f"   p99 {result['slurm_preempt_signal_ms']['p99']:8.1f} ms"
+    )
+    print(f"  Boltforge is {result['speedup_p50']}x faster at the median")
+    print(f"{args.jobs}-job sequence, {multi} multi-node jobs split across racks:")
+    print(f"  Slurm topology/tree {slurm_split}   Boltforge {bolt_split}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""``bolt slurm-bridge``: run Boltforge as the scheduler of an existing Slurm cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from boltforge.cli.common import EXIT_BAD_INPUT, errors
+
+
+def slurm_bridge_command(
+    server: Annotated[str, typer.Option(help="Control plane URL, e.g. http://10.0.0.1:8080.")],
+    token: Annotated[
+        str,
+        typer.Option(envvar="BOLT_TOKEN", help="An admin token (the bridge acts for every node)."),
+    ] = "",
+    partition: Annotated[
+        list[str] | None,
+        typer.Option(help="A partition Boltforge manages (repeat for several); default: bolt."),
+    ] = None,
+    slurm_conf: Annotated[
+        Path | None, typer.Option(envvar="SLURM_CONF", help="slurm.conf; default: Slurm's own.")
+    ] = None,
+    topology: Annotated[
+        Path | None,
+        typer.Option(
+            help="topology.conf: each node's leaf switch is its rack; default: the "
+            "one beside slurm.conf, else each node's rack= feature."
+        ),
+    ] = None,
+    default_team: Annotated[
+        str, typer.Option(help="The team of jobs that name no Slurm account.")
+    ] = "default",
+    grace: Annotated[
+        float, typer.Option(metavar="SECONDS", help="Checkpoint grace of a preempted job.")
+    ] = 60.0,
+    poll: Annotated[float, typer.Option(metavar="SECONDS", help="How often squeue is read.")] = 0.1,
+) -> None:
+    """Schedule a Slurm cluster's GPU partitions: hold their jobs (deploy/slurm/job_submit.lua),
+    place each on the topology, start it on exactly the chosen nodes, preempt with the
+    checkpoint signal and a held requeue, and write why each job waits into its comment
+    (squeue -o "%i %k"). Stopping the bridge leaves Slurm's jobs where they are; started
+    again, it adopts them. See docs/slurm.md."""
+    import asyncio
+    import contextlib
+    import logging
+
+    from boltforge.agent.client import ServerClient
+    from boltforge.client import Client
+    from boltforge.slurm.bridge import SlurmBridge
+    from boltforge.slurm.commands import Slurm
+    from boltforge.slurm.model import parse_topology
+
+    if not token:
+        errors.print(
+            "[bold red]error[/] --token: is required. To fix: pass --token T or set BOLT_TOKEN",
+            highlight=False,
+        )
+        raise typer.Exit(EXIT_BAD_INPUT)
+    topo = topology or (slurm_conf.parent / "topology.conf" if slurm_conf else None)
+    if topology is not None and not topology.is_file():
+        errors.print(f"[bold red]error[/] --topology: no file {topology}", highlight=False)
+        raise typer.Exit(EXIT_BAD_INPUT)
+    switches = parse_topology(topo.read_text()) if topo is not None and topo.is_file() else {}
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+    async def serve() -> None:
+        bridge = SlurmBridge(
+            Slurm(str(slurm_conf) if slurm_conf else None),
+            ServerClient(server, token),
+            Client(server, token),
+            partition or ["bolt"],
+            topology=switches,
+            default_team=default_team,
+            grace_s=grace,
+            poll_s=poll,
+        )
+        await bridge.run()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve())

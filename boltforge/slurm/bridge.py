@@ -1,0 +1,453 @@
+"""The Slurm bridge: Slurm's nodes and held jobs in, the control plane's intent out.
+
+Each pass (every ``poll_s``, or at once when a node's desired state changes) it:
+
+1. reads ``squeue`` (and, every ``nodes_every_s``, ``sinfo``) for the managed partitions;
+2. registers each responding node with its inventory and what it runs, and renews its
+   lease; a node Slurm says is down is let go, so its lease runs out and the server writes
+   its replicas off; a draining node is cordoned;
+3. submits each held job it has not seen as a gang (a job it cannot take gets the reason
+   in its comment and stays held); the Boltforge job id is kept in the job's admin comment,
+   so a restarted bridge finds it again and nothing is submitted twice;
+4. carries out the desired states: a gang whose replicas are all bound is started on
+   exactly their nodes; a replica to stop gets ``SIGTERM`` (the checkpoint signal) and,
+   once its job ended or its grace ran out, its job is requeued held;
+5. reports what Slurm did to the jobs it started: running, finished (with the exit code),
+   ended with a node;
+6. writes why each job waits, or where it went, into its comment (``squeue -o "%i %k"``).
+
+A job's replicas map to its nodes: replica ``J.E.r`` runs on the ``r``-th node of the
+gang. The bridge never decides where anything runs; it only does what the server's desired
+states say, and says what happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from contextlib import suppress
+
+from boltforge.agent.client import AgentClientError, ServerClient, SessionLost
+from boltforge.client import ApiFailure, Client
+from boltforge.slurm.commands import Slurm, SlurmError
+from boltforge.slurm.gang import TAG, BridgeState, Gang, parse_admin_comment
+from boltforge.slurm.model import SlurmJob, SlurmNode
+from boltforge.slurm.translate import (
+    COMMAND,
+    Untranslatable,
+    check_whole_nodes,
+    inventory,
+    job_spec,
+)
+from boltforge.wire.agent import (
+    AgentReport,
+    Heartbeat,
+    Lease,
+    Registration,
+    ReplicaEvent,
+    ReplicaStatus,
+)
+from boltforge.wire.jobs import TERMINAL, SubmitRequest
+
+log = logging.getLogger("boltforge.slurm")
+
+RUNNING = frozenset({"RUNNING", "COMPLETING", "CONFIGURING"})
+NOT_FROM_SLURM = (
+    "this node is scheduled through Slurm, which runs only jobs sent with sbatch; "
+    "submit it with sbatch to a partition Boltforge manages"
+)
+
+
+class SlurmBridge:
+    """Runs until cancelled. ``agents`` speaks the agent protocol for every Slurm node;
+    ``api`` is the job API (submits, reasons, cordons); both need an admin token."""
+
+    def __init__(
+        self,
+        slurm: Slurm,
+        agents: ServerClient,
+        api: Client,
+        partitions: Sequence[str],
+        *,
+        topology: dict[str, str] | None = None,
+        default_team: str = "default",
+        grace_s: float = 60.0,
+        poll_s: float = 0.1,
+        nodes_every_s: float = 2.0,
+        comments_every_s: float = 2.0,
+        wait_s: float = 20.0,
+    ) -> None:
+        self.slurm, self.agents, self.api = slurm, agents, api
+        self.partitions = list(partitions)
+        self.topology = topology or {}
+        self.default_team, self.grace_s = default_team, grace_s
+        self.poll_s, self.nodes_every_s, self.wait_s = poll_s, nodes_every_s, wait_s
+        self.comments_every_s = comments_every_s
+        self.state = BridgeState()
+        self.jobs: dict[str, SlurmJob] = {}
+        self.nodes: dict[str, SlurmNode] = {}
+        self._wake = asyncio.Event()
+        self._polls: dict[str, asyncio.Task[None]] = {}
+        self._next_nodes = 0.0
+        self._next_comments = 0.0
+
+    async def run(self) -> None:
+        try:
+            while True:
+                try:
+                    await self.step()
+                except (SlurmError, AgentClientError, ApiFailure, OSError) as e:
+                    log.warning("bridge pass failed, retrying: %s", e)
+                    await asyncio.sleep(1.0)
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.poll_s)
+                self._wake.clear()
+        finally:
+            for task in self._polls.values():
+                task.cancel()
+            await asyncio.gather(*self._polls.values(), return_exceptions=True)
+
+    async def step(self) -> None:
+        """One pass (see the module docstring)."""
+        now = time.monotonic()
+        self.jobs = {j.id: j for j in await self.slurm.jobs(self.partitions)}
+        self._adopt()
+        if now >= self._next_nodes:
+            self.nodes = {n.name: n for n in await self.slurm.nodes(self.partitions)}
+            await self._sync_nodes()
+            self._next_nodes = now + self.nodes_every_s
+        await self._intake()
+        await self._start_gangs()
+        await self._stop_gangs()
+        await self._observe()
+        await self._heartbeats()
+        await self._flush()
+        if now >= self._next_comments:
+            await self._comments()
+            self._next_comments = now + self.comments_every_s
+
+    # nodes
+
+    def _adopt(self) -> None:
+        """Learn Boltforge ids and started gangs from admin comments (after a restart)."""
+        for sid, job in self.jobs.items():
+            if sid in self.state.bf_of:
+                continue
+            bf, gang = parse_admin_comment(job.admin_comment)
+            if bf is not None:
+                self.state.bf_of[sid] = bf
+            if gang is not None:
+                self.state.last_epoch[sid] = gang.epoch
+                if job.state in RUNNING:
+                    self.state.gangs[sid] = gang
+
+    def _statuses(self, node: str) -> list[ReplicaStatus]:
+        return [s for g in self.state.gangs.values() for s in g.statuses(node)]
+
+    async def _sync_nodes(self) -> None:
+        for name, node in self.nodes.items():
+            if not node.responding:
+                if self.state.leases.pop(name, None) is not None:
+                    log.warning(
+                        "node %s is %s in Slurm: letting its lease run out", name, node.state
+                    )
+                continue
+            if name not in self.state.leases:
+                await self._register(node)
+            await self._cordon(node)
+
+    async def _register(self, node: SlurmNode) -> None:
+        inv = inventory(node, self.partitions[0], self.topology.get(node.name))
+        reg = Registration(inventory=inv, running=self._statuses(node.name), agent_version="slurm")
+        lease = await self.agents.register(reg)
+        self._leased(node.name, lease)
+        if node.name not in self._polls:
+            self._polls[node.name] = asyncio.create_task(self._poll_desired(node.name))
+        log.info(
+            "registered Slurm node %s (%d x %s, rack %s)", node.name, inv.gpus, inv.gpu, inv.rack
+        )
+
+    def _leased(self, node: str, lease: Lease) -> None:
+        self.state.leases[node] = lease
+        self.state.beat_at[node] = time.monotonic()
+        for replica in lease.stop:
+            self._stop_replica(replica)
+
+    async def _cordon(self, node: SlurmNode) -> None:
+        if node.draining and node.name not in self.state.cordoned:
+            await asyncio.to_thread(self.api.cordon, node.name)
+            self.state.cordoned.add(node.name)
+        elif not node.draining and node.name in self.state.cordoned:
+            await asyncio.to_thread(self.api.uncordon, node.name)
+            self.state.cordoned.discard(node.name)
+
+    async def _heartbeats(self) -> None:
+        now = time.monotonic()
+        due = [
+            n
+            for n, lease in self.state.leases.items()
+            if now - self.state.beat_at.get(n, 0.0) >= lease.heartbeat_s
+        ]
+        await asyncio.gather(*(self._heartbeat(n) for n in due))
+
+    async def _heartbeat(self, node: str) -> None:
+        lease = self.state.leases.get(node)
+        if lease is None:
+            return
+        body = Heartbeat(session=lease.session, running=self._statuses(node))
+        try:
+            self._leased(node, await self.agents.heartbeat(node, body, lease.heartbeat_s))
+        except SessionLost:
+            self.state.leases.pop(node, None)
+            self._next_nodes = 0.0  # register again on the next pass
+
+    async def _poll_desired(self, node: str) -> None:
+        since = 0
+        while True:
+            try:
+                state = await self.agents.desired(node, since, self.wait_s)
+            except (SessionLost, AgentClientError) as e:
+                log.debug("desired state of %s: %s", node, e)
+                await asyncio.sleep(1.0)
+                continue
+            since = state.version
+            self.state.desired[node] = state.replicas
+            self._wake.set()
+
+    # jobs in
+
+    async def _intake(self) -> None:
+        for sid, job in self.jobs.items():
+            if not job.held or sid in self.state.bf_of or sid in self.state.refused:
+                continue
+            if not job.comment.startswith(TAG):
+                continue  # held by its user or an admin, not by Boltforge's plugin
+            await self._submit(job)
+
+    async def _submit(self, job: SlurmJob) -> None:
+        try:
+            check_whole_nodes(job, max((n.gpus for n in self.nodes.values()), default=0))
+            spec = job_spec(job, self.default_team, self.grace_s)
+            req = SubmitRequest(spec=spec, source=f"slurm job {job.id}")
+            key = f"slurm-{job.id}-{job.submit_time}"
+            reply = await asyncio.to_thread(self.api.submit, req, key)
+        except Untranslatable as e:
+            await self._refuse(job, str(e))
+            return
+        except ApiFailure as e:
+            if e.status >= 500:
+                raise
+            fixes = "; ".join(f"{p.field}: {p.message}" for p in e.problems)
+            await self._refuse(job, f"{e.message}{' (' + fixes + ')' if fixes else ''}")
+            return
+        bf = reply.job.id
+        self.state.bf_of[job.id] = bf
+        await self.slurm.admin_comment(job.id, f"{TAG} job={bf}")
+        log.info("Slurm job %s is Boltforge job %s", job.id, bf)
+
+    async def _refuse(self, job: SlurmJob, why: str) -> None:
+        self.state.refused.add(job.id)
+        await self.slurm.comment(job.id, f"{TAG}: refused: {why}"[:250])
+        log.warning("Slurm job %s refused: %s", job.id, why)
+
+    # intent out
+
+    def _wanted(self, action: str) -> dict[tuple[str, int], dict[str, str]]:
+        """The replicas each node is to run (or stop), by (Boltforge job, epoch)."""
+        out: dict[tuple[str, int], dict[str, str]] = defaultdict(dict)
+        for node, specs in self.state.desired.items():
+            for spec in specs:
+                if spec.action == action:
+                    out[(spec.job, spec.epoch)][spec.replica] = node
+        return out
+
+    async def _start_gangs(self) -> None:
+        sid_of = {bf: sid for sid, bf in self.state.bf_of.items()}
+        for (bf, epoch), placed in self._wanted("run").items():
+            sid = sid_of.get(bf)
+            if sid is None and self._not_from_slurm(bf, epoch):
+                self._queue(Gang(bf, epoch, placed).events("failed", detail=NOT_FROM_SLURM))
+                self.state.foreign.add((bf, epoch))
+                continue
+            job = self.jobs.get(sid) if sid else None
+            if sid is None or job is None or len(placed) < job.node_count:
+                continue
+            if epoch <= self.state.last_epoch.get(sid, 0):
+                continue  # started already: what is asked is what runs (or just ended)
+            if sid in self.state.gangs or job.state in RUNNING:
+                continue  # the previous epoch is still leaving
+            ordered = dict(sorted(placed.items(), key=lambda kv: int(kv[0].rsplit(".", 1)[1])))
+            gang = Gang(bf, epoch, ordered)
+            if job.finished:
+                await self.slurm.requeue_held(sid)
+            await self.slurm.admin_comment(sid, gang.admin_comment())
+            await self.slurm.start_on(sid, list(ordered.values()))
+            self.state.gangs[sid] = gang
+            self.state.last_epoch[sid] = epoch
+            log.info(
+                "started Slurm job %s (%s epoch %d) on %s",
+                sid,
+                bf,
+                epoch,
+                ",".join(ordered.values()),
+            )
+
+    def _not_from_slurm(self, bf: str, epoch: int) -> bool:
+        """A job bound to these nodes that no Slurm job stands for (``bolt submit`` to a
+        Slurm-backed server), not yet told it cannot start here."""
+        if (bf, epoch) in self.state.foreign:
+            return False
+        specs = [s for ss in self.state.desired.values() for s in ss if s.job == bf]
+        return bool(specs) and all(s.command[:1] != [COMMAND] for s in specs)
+
+    def _stop_replica(self, replica: str) -> None:
+        for gang in self.state.gangs.values():
+            if replica in gang.replicas and gang.stop_by is None:
+                gang.stop_by = time.monotonic()  # no grace: the server moved past it
+
+    async def _stop_gangs(self) -> None:
+        for (bf, epoch), placed in self._wanted("stop").items():
+            gangs = [g for g in self.state.gangs.values() if (g.job, g.epoch) == (bf, epoch)]
+            for gang in gangs:
+                if gang.stop_by is None:
+                    gang.stop_by = time.monotonic() + self._grace(placed)
+            if not gangs and (bf, epoch) not in self.state.unstarted:
+                # Bound but never started in Slurm (cancelled or bumped before its start):
+                # nothing runs, so it has stopped already.
+                self.state.unstarted.add((bf, epoch))
+                self._queue(Gang(bf, epoch, placed).events("exited", signal=15))
+        for sid, gang in list(self.state.gangs.items()):
+            if gang.stop_by is None:
+                continue
+            job = self.jobs.get(sid)
+            if gang.signalled_at is None and job is not None and job.state in RUNNING:
+                await self.slurm.signal(sid)
+                gang.signalled_at = time.monotonic()
+                log.info("sent SIGTERM to Slurm job %s (%s epoch %d)", sid, gang.job, gang.epoch)
+            ended = job is None or job.finished or job.state == "PENDING"
+            if ended or time.monotonic() >= gang.stop_by:
+                await self._stopped(sid, gang, job)
+
+    def _grace(self, placed: dict[str, str]) -> float:
+        specs = [s for n in set(placed.values()) for s in self.state.desired.get(n, [])]
+        return max((s.grace_s for s in specs if s.replica in placed), default=self.grace_s)
+
+    async def _stopped(self, sid: str, gang: Gang, job: SlurmJob | None) -> None:
+        """A stopped gang's job ended, or its grace ran out: requeue it held for its next
+        placement (or cancel it when its Boltforge job was cancelled), and report the exit."""
+        detail = await asyncio.to_thread(self.api.job, gang.job)
+        if job is not None and job.state == "CANCELLED":
+            pass  # its user cancelled it in Slurm meanwhile: it stays cancelled
+        elif job is not None and not (job.state == "PENDING" and job.held):
+            if detail.state in TERMINAL:
+                await self.slurm.cancel(sid)
+            else:
+                await self.slurm.requeue_held(sid)
+        took = time.monotonic() - gang.signalled_at if gang.signalled_at else None
+        code = job.exit_code if job is not None and job.finished else None
+        sig = job.signal if job is not None and job.finished else (None if code is not None else 15)
+        self._queue(gang.events("exited", exit_code=code, signal=sig, checkpoint_s=took))
+        del self.state.gangs[sid]
+
+    # state back
+
+    async def _observe(self) -> None:
+        for sid, gang in list(self.state.gangs.items()):
+            job = self.jobs.get(sid)
+            if gang.stop_by is not None:
+                continue
+            if job is None:
+                continue  # not listed in this read; Slurm keeps finished jobs a while
+            if job.state in RUNNING and not gang.started:
+                gang.started = True
+                self._queue(gang.events("started"))
+            elif job.finished:
+                by_node = job.state in ("NODE_FAIL", "BOOT_FAIL")
+                if not gang.started:
+                    self._queue(gang.events("started"))
+                self._queue(
+                    gang.events(
+                        "exited", exit_code=job.exit_code, signal=job.signal, by_node=by_node
+                    )
+                )
+                del self.state.gangs[sid]
+                log.info("Slurm job %s ended: %s (exit %s)", sid, job.state, job.exit_status)
+        await self._slurm_side_changes()
+
+    async def _slurm_side_changes(self) -> None:
+        """A job its user cancelled in Slurm is cancelled in Boltforge; a job Slurm requeued
+        on its own (a node failure) is held again, to be placed by Boltforge."""
+        for sid, bf in self.state.bf_of.items():
+            job = self.jobs.get(sid)
+            if job is None:
+                continue
+            if job.state == "CANCELLED" and sid not in self.state.cancelled:
+                self.state.cancelled.add(sid)
+                try:
+                    await asyncio.to_thread(self.api.cancel, bf)
+                except ApiFailure as e:
+                    log.info("cancel of %s: %s", bf, e)
+            elif job.state == "PENDING" and not job.held and sid not in self.state.gangs:
+                await self.slurm.hold(sid)
+
+    def _queue(self, events: dict[str, list[ReplicaEvent]]) -> None:
+        for node, evs in events.items():
+            self.state.outbox[node].extend(evs)
+
+    async def _flush(self) -> None:
+        for node, events in list(self.state.outbox.items()):
+            lease = self.state.leases.get(node)
+            if not events or lease is None:
+                continue
+            try:
+                reply = await self.agents.report(
+                    node, AgentReport(session=lease.session, events=events)
+                )
+            except SessionLost:
+                self.state.leases.pop(node, None)
+                continue
+            self.state.outbox[node] = []
+            if reply.refused:
+                log.info("server refused stale report items: %s", ", ".join(reply.refused))
+
+    # words back
+
+    async def _comments(self) -> None:
+        mapped = {bf: sid for sid, bf in self.state.bf_of.items() if sid in self.jobs}
+        if not mapped:
+            return
+        listed = await asyncio.to_thread(self.api.jobs)
+        await self._cancel_ended({s.id for s in listed.jobs})
+        for summary in listed.jobs:
+            sid = mapped.get(summary.id)
+            if sid is None:
+                continue
+            text = _comment(summary.state, summary.reason, summary.nodes, summary.position)
+            if text and self.state.comments.get(sid) != text:
+                await self.slurm.comment(sid, text)
+                self.state.comments[sid] = text
+
+    async def _cancel_ended(self, live: set[str]) -> None:
+        """A held job whose Boltforge job ended without running (``bolt cancel``) is
+        cancelled in Slurm too, so nothing is left held for ever."""
+        for sid, bf in self.state.bf_of.items():
+            job = self.jobs.get(sid)
+            if job is None or not job.held or bf in live or sid in self.state.cancelled:
+                continue
+            detail = await asyncio.to_thread(self.api.job, bf)
+            if detail.state in TERMINAL:
+                self.state.cancelled.add(sid)
+                await self.slurm.cancel(sid)
+                log.info("Slurm job %s cancelled: Boltforge job %s is %s", sid, bf, detail.state)
+
+
+def _comment(state: str, reason: str, nodes: str, position: int | None) -> str:
+    if state == "pending":
+        where = f" (#{position} in line)" if position is not None else ""
+        return f"{TAG}: waiting{where}: {reason or 'next pass'}"[:250]
+    if state in ("scheduled", "running"):
+        return f"{TAG}: placed on {nodes}"[:250] if nodes else ""
+    return ""

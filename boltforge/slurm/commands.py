@@ -1,0 +1,83 @@
+"""The Slurm commands the bridge runs, against the cluster ``SLURM_CONF`` names. Each is a
+short-lived process (the bridge runs them on its own loop, never inside the server)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from boltforge.slurm.model import SlurmJob, SlurmNode, parse_jobs, parse_nodes
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed; the message is its own."""
+
+
+class Slurm:
+    """Slurm's commands: ``conf`` is the ``slurm.conf`` to use (None: Slurm's default)."""
+
+    def __init__(self, conf: str | None = None, timeout_s: float = 20.0) -> None:
+        self.env = {**os.environ, **({"SLURM_CONF": conf} if conf else {})}
+        self.timeout_s = timeout_s
+
+    async def run(self, *args: str) -> str:
+        proc = await asyncio.create_subprocess_exec(
+            *args,
+            env=self.env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), self.timeout_s)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise SlurmError(f"{args[0]} did not answer in {self.timeout_s:g}s") from None
+        if proc.returncode != 0:
+            said = (err or out).decode(errors="replace").strip()
+            raise SlurmError(f"{' '.join(args[:3])}: {said or f'exit {proc.returncode}'}")
+        return out.decode(errors="replace")
+
+    async def _json(self, *args: str) -> dict[str, Any]:
+        data = json.loads(await self.run(*args))
+        if not isinstance(data, dict):
+            raise SlurmError(f"{args[0]} --json gave no object")
+        return data
+
+    async def nodes(self, partitions: Sequence[str]) -> list[SlurmNode]:
+        data = await self._json("sinfo", "--json", "-p", ",".join(partitions))
+        return [n for n in parse_nodes(data) if set(n.partitions) & set(partitions)]
+
+    async def jobs(self, partitions: Sequence[str]) -> list[SlurmJob]:
+        data = await self._json("squeue", "--json", "--states=all", "-p", ",".join(partitions))
+        return [j for j in parse_jobs(data) if j.partition in partitions]
+
+    async def start_on(self, job: str, nodes: Sequence[str]) -> None:
+        """Start a held job on exactly ``nodes``: pin its node list, make it eligible now
+        (a requeued job would wait otherwise), release it."""
+        pinned = ",".join(nodes)
+        await self.run("scontrol", "update", f"JobId={job}", f"NodeList={pinned}", "StartTime=now")
+        await self.run("scontrol", "release", job)
+
+    async def signal(self, job: str, signal: str = "TERM") -> None:
+        """Send ``signal`` to the batch script and every step of a running job."""
+        await self.run("scancel", f"--signal={signal}", "--full", job)
+
+    async def requeue_held(self, job: str) -> None:
+        """End what still runs and put the job back in the queue, held for Boltforge."""
+        await self.run("scontrol", "requeuehold", job)
+
+    async def hold(self, job: str) -> None:
+        await self.run("scontrol", "hold", job)
+
+    async def cancel(self, job: str) -> None:
+        await self.run("scancel", job)
+
+    async def comment(self, job: str, text: str) -> None:
+        await self.run("scontrol", "update", f"JobId={job}", f"Comment={text}")
+
+    async def admin_comment(self, job: str, text: str) -> None:
+        await self.run("scontrol", "update", f"JobId={job}", f"AdminComment={text}")

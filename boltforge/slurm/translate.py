@@ -1,0 +1,90 @@
+"""Slurm's words into Boltforge's: a node into an inventory, a held job into a job spec.
+Pure functions; a job Boltforge cannot run as asked is a ``Untranslatable`` whose message
+goes into the job's comment, where its user looks."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from boltforge.slurm.model import SlurmJob, SlurmNode
+from boltforge.spec.job import PRIORITY_CLASSES
+from boltforge.wire.agent import Inventory
+
+COMMAND = "slurm-job"  # the command of a Slurm job's gang: Slurm runs the batch script
+
+
+class Untranslatable(ValueError):
+    """A job Slurm accepted that Boltforge cannot take as asked; the message says the fix."""
+
+
+def inventory(node: SlurmNode, pool: str, switch: str | None) -> Inventory:
+    """A Slurm node as a Boltforge node: its rack is its ``topology.conf`` leaf switch, else
+    its ``rack=`` feature, else ``rack0``."""
+    return Inventory(
+        name=node.name,
+        pool=pool,
+        gpu=node.gpu_type,
+        gpus=node.gpus,
+        cpus=node.cpus,
+        memory_gb=node.memory_gb,
+        rack=switch or node.feature("rack") or "rack0",
+        pod=node.feature("pod") or "pod0",
+        address=node.name,
+    )
+
+
+def job_spec(job: SlurmJob, default_team: str, grace_s: float) -> dict[str, Any]:
+    """The Boltforge job spec of a held Slurm job: one replica per node it asked for, with
+    the GPUs per node it asked for; its account is its team (``default_team`` when it has
+    none), its QOS its priority class when the QOS is named like one."""
+    per_node = _per_node(job)
+    spec: dict[str, Any] = {
+        "name": _name(job),
+        "team": job.account or default_team,
+        "priority": qos if (qos := job.requested_qos) in PRIORITY_CLASSES else "normal",
+        "command": [COMMAND, job.id],
+        "checkpoint": {"grace": f"{round(grace_s)}s"},
+    }
+    if per_node:
+        spec["gpus"] = per_node * job.node_count
+        spec["per_node"] = per_node
+    else:
+        spec["roles"] = [{"name": "worker", "replicas": job.node_count, "gpus": 0}]
+    if job.gpu_type:
+        spec["gpu"] = {"types": [job.gpu_type]}
+    if job.time_limit_s is not None:
+        spec["time_limit"] = f"{round(job.time_limit_s)}s"
+    return spec
+
+
+def _per_node(job: SlurmJob) -> int:
+    if job.gpus_per_node:
+        per_node = job.gpus_per_node
+    elif job.gpus_total and job.gpus_total % job.node_count == 0:
+        per_node = job.gpus_total // job.node_count
+    elif job.gpus_total:
+        raise Untranslatable(
+            f"--gpus={job.gpus_total} does not split evenly over {job.node_count} nodes; "
+            "ask for GPUs per node (--gpus-per-node or --gres=gpu:N)"
+        )
+    else:
+        per_node = 0
+    return per_node
+
+
+def check_whole_nodes(job: SlurmJob, gpus_per_node: int) -> None:
+    """A multi-node job must take whole nodes: Boltforge may put two replicas of a smaller
+    gang on one node, which Slurm's ``-N`` would not allow."""
+    per_node = _per_node(job)
+    if job.node_count > 1 and per_node and per_node != gpus_per_node:
+        raise Untranslatable(
+            f"a {job.node_count}-node job must take whole nodes of {gpus_per_node} GPUs "
+            f"(it asks {per_node} per node); submit --gres=gpu:{gpus_per_node} per node, "
+            "or one node"
+        )
+
+
+def _name(job: SlurmJob) -> str:
+    base = re.sub(r"[^a-z0-9_.-]", "-", job.name.lower()).strip("-._") or "job"
+    return f"slurm-{job.id}-{base}"[:63].rstrip("-._")

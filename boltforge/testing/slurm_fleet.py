@@ -1,0 +1,106 @@
+"""A Slurm cluster scheduled by Boltforge, for the Slurm tests and ``bench/slurm.py``: a real
+slurmctld with 8 slurmd nodes of 8 emulated GPUs in two racks, a ``bolt server`` with no
+agents, and ``bolt slurm-bridge`` between them."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from boltforge.client import Client
+from boltforge.testing.processes import LocalCluster, Proc, bolt, child_env, spawn
+from boltforge.testing.slurm import SlurmCluster, slurm_cluster
+
+PREEMPT_AT_ONCE = ["--min-runtime", "0", "--churn", "1", "--cooldown", "0"]
+
+# A checkpointing job: counts steps of 0.1 s into $CKPT, resumes from it, and on SIGTERM
+# (the checkpoint signal) writes it and exits 0.
+TRAINER = """
+CKPT="{ckpt}"
+step=$(cat "$CKPT" 2>/dev/null || echo 0)
+echo "resumed from step $step on $(hostname) $SLURM_JOB_NODELIST"
+echo "$(date +%s.%N) start $step" >> "$CKPT.log"
+trap 'echo "$step" > "$CKPT"; echo "$(date +%s.%N) term $step" >> "$CKPT.log"; exit 0' TERM
+while [ "$step" -lt {steps} ]; do
+    sleep 0.1
+    step=$((step + 1))
+    [ $((step % 10)) -eq 0 ] && echo "$step" > "$CKPT"
+done
+echo "$step" > "$CKPT"
+echo "$(date +%s.%N) done $step" >> "$CKPT.log"
+"""
+
+
+@dataclass
+class SlurmFleet:
+    slurm: SlurmCluster
+    server: LocalCluster
+    data: Path
+    bridge: Proc | None = None
+
+    @property
+    def api(self) -> Client:
+        return self.server.client()
+
+    def start_bridge(self) -> None:
+        env = {**child_env(self.data), "SLURM_CONF": str(self.slurm.conf)}
+        cmd = [*bolt(), "slurm-bridge", "--server", self.server.url, "--grace", "20"]
+        cmd += ["--token", self.server.admin_token]
+        self.bridge = spawn(cmd, self.data / "bridge.log", env)
+
+    def kill_bridge(self) -> None:
+        assert self.bridge is not None
+        self.bridge.signal(signal.SIGKILL)
+        self.bridge.popen.wait(10)
+
+    def trainer(self, name: str, *options: str, steps: int = 600) -> tuple[str, Path]:
+        """sbatch the checkpointing job; its Slurm id and checkpoint file."""
+        ckpt = self.data / f"{name}.ckpt"
+        script = TRAINER.format(ckpt=ckpt, steps=steps)
+        return self.slurm.sbatch(f"--job-name={name}", *options, script=script), ckpt
+
+    def squeue(self, job: str) -> dict[str, Any]:
+        out = self.slurm.run("squeue", "--json", "--states=all")  # 22.05 ignores -j here
+        [row] = [j for j in json.loads(out)["jobs"] if str(j["job_id"]) == job]
+        return dict(row)
+
+    def boltforge_id(self, job: str) -> str | None:
+        text = str(self.squeue(job).get("admin_comment") or "")
+        fields = dict(f.split("=", 1) for f in text.split()[1:] if "=" in f)
+        return fields.get("job")
+
+    def log(self) -> str:
+        return (self.data / "bridge.log").read_text()
+
+
+def wait_until(check: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+@contextmanager
+def slurm_fleet(data: Path, server_args: list[str] | None = None) -> Iterator[SlurmFleet]:
+    """Slurm, a server and a bridge, with every Slurm node registered."""
+    with slurm_cluster(nodes=8, racks=2) as slurm:
+        args = [*PREEMPT_AT_ONCE, *(server_args or [])]
+        with LocalCluster(data, hosts=0, server_args=args) as server:
+            fleet = SlurmFleet(slurm, server, data)
+            fleet.start_bridge()
+            try:
+                api = fleet.api
+                wait_until(lambda: len(api.nodes().nodes) == 8, 30, "8 Slurm nodes to register")
+                yield fleet
+            finally:
+                if fleet.bridge is not None and fleet.bridge.alive():
+                    fleet.bridge.stop()

@@ -1,0 +1,47 @@
+--[[
+Boltforge's hold on a Slurm cluster's GPU partitions.
+
+Every job submitted to a partition Boltforge manages is held (priority 0) and tagged in its
+comment, so Slurm's own scheduler leaves it alone; Boltforge's Slurm bridge reads the held
+jobs, places each on the topology, and starts it on exactly the nodes it chose
+(scontrol update NodeList=..., then scontrol release). Jobs to other partitions pass through.
+
+Install: copy this file beside slurm.conf and add `JobSubmitPlugins=lua` to slurm.conf
+(docs/slurm.md). Set MANAGED to the partitions Boltforge runs; a job that names no partition
+counts as the cluster's default one, DEFAULT_PARTITION.
+]]
+
+local MANAGED = { bolt = true }
+local DEFAULT_PARTITION = "bolt"
+local TAG = "boltforge: held for placement"
+
+local function managed(partition)
+    local p = partition or DEFAULT_PARTITION
+    for name in string.gmatch(p, "[^,]+") do
+        if not MANAGED[name] then
+            return false
+        end
+    end
+    return true
+end
+
+function slurm_job_submit(job_desc, part_list, submit_uid)
+    if managed(job_desc.partition) then
+        job_desc.priority = 0
+        -- The QOS asked for is Boltforge's priority class; without slurmdbd Slurm drops it,
+        -- so the tag keeps it.
+        if job_desc.qos ~= nil and job_desc.qos ~= "" then
+            job_desc.comment = TAG .. " [qos=" .. job_desc.qos .. "]"
+        else
+            job_desc.comment = TAG
+        end
+    end
+    return slurm.SUCCESS
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+    return slurm.SUCCESS
+end
+
+slurm.log_info("boltforge job_submit.lua loaded")
+return slurm.SUCCESS
