@@ -339,13 +339,16 @@ class SlurmBridge:
         """A stopped gang's job ended, or its grace ran out: requeue it held for its next
         placement (or cancel it when its Boltforge job was cancelled), and report the exit."""
         detail = await asyncio.to_thread(self.api.job, gang.job)
-        if job is not None and job.state == "CANCELLED":
-            pass  # its user cancelled it in Slurm meanwhile: it stays cancelled
-        elif job is not None and not (job.state == "PENDING" and job.held):
-            if detail.state in TERMINAL:
+        if job is None or job.state == "CANCELLED":
+            pass  # gone, or its user cancelled it in Slurm meanwhile: it stays so
+        elif detail.state in TERMINAL:
+            if not job.finished:
                 await self.slurm.cancel(sid)
-            else:
-                await self.slurm.requeue_held(sid)
+        elif job.state == "PENDING":  # released, but Slurm had not started it yet
+            if not job.held:
+                await self.slurm.hold(sid)
+        else:
+            await self.slurm.requeue_held(sid)
         took = time.monotonic() - gang.signalled_at if gang.signalled_at else None
         code = job.exit_code if job is not None and job.finished else None
         sig = job.signal if job is not None and job.finished else (None if code is not None else 15)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -178,7 +179,22 @@ def slurm_cluster(nodes: int = 8, racks: int = 2) -> Iterator[SlurmCluster]:
             except subprocess.TimeoutExpired:
                 d.kill()
         subprocess.run(["pkill", "-f", str(root)], capture_output=True)
+        _kill_steps(cluster.conf)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _kill_steps(conf: Path) -> None:
+    """Kill the job step daemons (``slurmstepd``) this cluster's slurmd left: they detach
+    from it, and outlive it when a job still ran."""
+    mark = f"SLURM_CONF={conf}".encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if mark in (proc / "environ").read_bytes().split(b"\0"):
+                os.kill(int(proc.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue
 
 
 def _start(cluster: SlurmCluster, cmd: list[str]) -> subprocess.Popen[bytes]:

@@ -134,3 +134,18 @@ def test_a_job_sent_with_bolt_submit_fails_at_its_start_saying_to_use_sbatch(
         wait_until(lambda: fleet.api.job(job).state == "failed", 30, "the job to fail")
         said = " ".join(e.message for e in fleet.api.job(job).events)
         assert "submit it with sbatch" in said
+
+
+def test_a_node_drained_in_slurm_is_cordoned_and_comes_back_when_resumed(tmp_path: Path) -> None:
+    with scheduled_slurm(tmp_path) as fleet:
+        fleet.slurm.run("scontrol", "update", "NodeName=n8", "State=DRAIN", "Reason=bad_dimm")
+        wait_until(lambda: node_state(fleet, "n8") == "cordoned", 20, "n8 to be cordoned")
+        big, _ = fleet.trainer("wide", "-N8", "--gres=gpu:8", "-A", "research")
+        wait_until(lambda: "waiting" in str(fleet.squeue(big)["comment"]), 20, "a reason")
+        fleet.slurm.run("scontrol", "update", "NodeName=n8", "State=RESUME")
+        wait_until(lambda: node_state(fleet, "n8") == "ready", 20, "n8 to be ready again")
+        wait_until(lambda: state(fleet, big) == "RUNNING", 30, "the 8-node job to run")
+
+
+def node_state(fleet: SlurmFleet, name: str) -> str:
+    return next(n.state for n in fleet.api.nodes().nodes if n.name == name)

@@ -164,13 +164,10 @@ def test_the_gpu_checks_run_only_on_an_nvml_inventory_with_nvml_there() -> None:
 
 def test_a_preflight_with_nothing_to_check_passes_at_once() -> None:
     check = Preflight(inventory("declared"), NodeHooks())
-    began = time.perf_counter()
-    for _ in range(200):
-        coro = check.run([0], {})
-        with pytest.raises(StopIteration) as done:  # never suspends: no task, no thread
-            coro.send(None)
-        assert done.value.value.ok
-    assert time.perf_counter() - began < 1.0
+    coro = check.run([0], {})
+    with pytest.raises(StopIteration) as done:  # never suspends: no task, no thread
+        coro.send(None)
+    assert done.value.value.ok
 
 
 def test_a_failing_prolog_fails_the_preflight_with_its_output(tmp_path: Path) -> None:
