@@ -79,12 +79,24 @@ def _munge() -> None:
     subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"], check=True)
 
 
-def _config(root: Path, nodes: Sequence[str], racks: Sequence[Sequence[str]], port: int) -> str:
+def _ports(count: int) -> list[int]:
+    """``count`` distinct ports free now (slurmctld's, then one per slurmd)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
+def _config(
+    root: Path, nodes: Sequence[str], racks: Sequence[Sequence[str]], ports: Sequence[int]
+) -> str:
     rack_of = {n: i for i, rack in enumerate(racks) for n in rack}
     lines = [
         "ClusterName=boltforge-test",
         "SlurmctldHost=localhost",
-        f"SlurmctldPort={port}",
+        f"SlurmctldPort={ports[0]}",
         "SlurmUser=root",
         "SlurmdUser=root",
         "AuthType=auth/munge",
@@ -117,7 +129,7 @@ def _config(root: Path, nodes: Sequence[str], racks: Sequence[Sequence[str]], po
     ]
     for i, n in enumerate(nodes):
         lines.append(
-            f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port + 1 + i} "
+            f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={ports[1 + i]} "
             f"CPUs=32 RealMemory=256000 Gres=gpu:h100:{GPUS_PER_NODE} "
             f"Feature=rack=r{rack_of[n]} State=UNKNOWN"
         )
@@ -156,22 +168,22 @@ def slurm_cluster(nodes: int = 8, racks: int = 2) -> Iterator[SlurmCluster]:
     grouped = tuple(names[i : i + per] for i in range(0, nodes, per))
     for sub in ("state", "spool", "scripts"):
         (root / sub).mkdir()
-    port = free_port()
-    (root / "slurm.conf").write_text(_config(root, names, grouped, port))
+    ports = _ports(1 + len(names))
+    (root / "slurm.conf").write_text(_config(root, names, grouped, ports))
     (root / "topology.conf").write_text(_topology(grouped))
     (root / "gres.conf").write_text(_gres(root, names))
     shutil.copy(LUA, root / "job_submit.lua")
     cluster = SlurmCluster(root, names, grouped)
     _munge()
-    daemons: list[subprocess.Popen[bytes]] = []
+    ctld = _start(cluster, ["slurmctld", "-D", "-i", "-f", str(cluster.conf)])
+    slurmds: dict[str, subprocess.Popen[bytes]] = {}
     try:
-        daemons.append(_start(cluster, ["slurmctld", "-D", "-i", "-f", str(cluster.conf)]))
-        for n in names:
-            daemons.append(_start(cluster, ["slurmd", "-D", "-f", str(cluster.conf), "-N", n]))
-        _wait_idle(cluster)
+        slurmds.update((n, _start_slurmd(cluster, n)) for n in names)
+        _wait_idle(cluster, slurmds)
         yield cluster
     finally:
-        for d in reversed(daemons):
+        daemons = [*slurmds.values(), ctld]
+        for d in daemons:
             d.terminate()
         for d in daemons:
             try:
@@ -202,10 +214,21 @@ def _start(cluster: SlurmCluster, cmd: list[str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(cmd, env=cluster.env, stdout=log, stderr=subprocess.STDOUT)
 
 
-def _wait_idle(cluster: SlurmCluster, timeout_s: float = 30.0) -> None:
+def _start_slurmd(cluster: SlurmCluster, node: str) -> subprocess.Popen[bytes]:
+    return _start(cluster, ["slurmd", "-D", "-f", str(cluster.conf), "-N", node])
+
+
+def _wait_idle(
+    cluster: SlurmCluster, slurmds: dict[str, subprocess.Popen[bytes]], timeout_s: float = 30.0
+) -> None:
+    """Wait until every node is idle; a slurmd that exited (its port taken a moment after
+    it was found free, say) is started again."""
     deadline = time.monotonic() + timeout_s
     last = ""
     while time.monotonic() < deadline:
+        for node, proc in list(slurmds.items()):
+            if proc.poll() is not None:
+                slurmds[node] = _start_slurmd(cluster, node)
         done = subprocess.run(
             ["sinfo", "-h", "-N", "-p", "bolt", "-o", "%N %t"],
             env=cluster.env,
