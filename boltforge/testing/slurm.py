@@ -27,6 +27,7 @@ from boltforge.testing.postgres import free_port
 
 LUA = Path(__file__).resolve().parents[2] / "deploy" / "slurm" / "job_submit.lua"
 GPUS_PER_NODE = 8
+FAST_SCHEDULER = "sched_interval=2,bf_interval=2"  # Slurm's passes every 2 s, for tests
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,11 @@ def _ports(count: int) -> list[int]:
 
 
 def _config(
-    root: Path, nodes: Sequence[str], racks: Sequence[Sequence[str]], ports: Sequence[int]
+    root: Path,
+    nodes: Sequence[str],
+    racks: Sequence[Sequence[str]],
+    ports: Sequence[int],
+    scheduler: str | None,
 ) -> str:
     rack_of = {n: i for i, rack in enumerate(racks) for n in rack}
     lines = [
@@ -112,7 +117,6 @@ def _config(
         "SelectTypeParameters=CR_Core",
         "GresTypes=gpu",
         "SchedulerType=sched/backfill",
-        "SchedulerParameters=sched_interval=2,bf_interval=2",
         "DefMemPerCPU=1000",
         "ReturnToService=2",
         "MinJobAge=600",
@@ -127,6 +131,8 @@ def _config(
         "JobSubmitPlugins=lua",
         "MpiDefault=none",
     ]
+    if scheduler:
+        lines.append(f"SchedulerParameters={scheduler}")
     for i, n in enumerate(nodes):
         lines.append(
             f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={ports[1 + i]} "
@@ -158,8 +164,12 @@ def _gres(root: Path, nodes: Sequence[str]) -> str:
 
 
 @contextmanager
-def slurm_cluster(nodes: int = 8, racks: int = 2) -> Iterator[SlurmCluster]:
-    """Start a cluster of ``nodes`` 8-GPU nodes (``n1``..) spread over ``racks`` switches."""
+def slurm_cluster(
+    nodes: int = 8, racks: int = 2, scheduler: str | None = FAST_SCHEDULER
+) -> Iterator[SlurmCluster]:
+    """Start a cluster of ``nodes`` 8-GPU nodes (``n1``..) spread over ``racks`` switches.
+    ``scheduler`` is slurm.conf's ``SchedulerParameters`` (None: Slurm's defaults, a main
+    scheduling pass every 60 s and a backfill pass every 30 s besides those events start)."""
     if not installed():
         raise RuntimeError("Slurm is not installed. To fix: apt-get install -y slurm-wlm munge")
     root = Path(tempfile.mkdtemp(prefix="boltforge-slurm-"))
@@ -169,7 +179,7 @@ def slurm_cluster(nodes: int = 8, racks: int = 2) -> Iterator[SlurmCluster]:
     for sub in ("state", "spool", "scripts"):
         (root / sub).mkdir()
     ports = _ports(1 + len(names))
-    (root / "slurm.conf").write_text(_config(root, names, grouped, ports))
+    (root / "slurm.conf").write_text(_config(root, names, grouped, ports, scheduler))
     (root / "topology.conf").write_text(_topology(grouped))
     (root / "gres.conf").write_text(_gres(root, names))
     shutil.copy(LUA, root / "job_submit.lua")

@@ -15,7 +15,7 @@ from typing import Any
 
 from boltforge.client import Client
 from boltforge.testing.processes import LocalCluster, Proc, bolt, child_env, spawn
-from boltforge.testing.slurm import SlurmCluster, slurm_cluster
+from boltforge.testing.slurm import FAST_SCHEDULER, SlurmCluster, slurm_cluster
 
 PREEMPT_AT_ONCE = ["--min-runtime", "0", "--churn", "1", "--cooldown", "0"]
 
@@ -90,9 +90,12 @@ def wait_until(check: Any, timeout: float, what: str) -> Any:
 
 
 @contextmanager
-def slurm_fleet(data: Path, server_args: list[str] | None = None) -> Iterator[SlurmFleet]:
-    """Slurm, a server and a bridge, with every Slurm node registered."""
-    with slurm_cluster(nodes=8, racks=2) as slurm:
+def slurm_fleet(
+    data: Path, server_args: list[str] | None = None, scheduler: str | None = FAST_SCHEDULER
+) -> Iterator[SlurmFleet]:
+    """Slurm (``scheduler``: its SchedulerParameters), a server and a bridge, with every
+    Slurm node registered."""
+    with slurm_cluster(nodes=8, racks=2, scheduler=scheduler) as slurm:
         args = [*PREEMPT_AT_ONCE, *(server_args or [])]
         with LocalCluster(data, hosts=0, server_args=args) as server:
             fleet = SlurmFleet(slurm, server, data)
