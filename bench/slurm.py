@@ -30,14 +30,15 @@ import random
 import statistics
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from boltforge.slurm.model import hostnames
+from boltforge.testing.processes import wait_until
 from boltforge.testing.slurm import FAST_SCHEDULER
-from boltforge.testing.slurm_fleet import SlurmFleet, slurm_fleet, wait_until
+from boltforge.testing.slurm_fleet import SlurmFleet, slurm_fleet
 
 VICTIM = """
 trap 'date +%s.%N > "{out}.term"; exit 0' TERM
@@ -52,11 +53,6 @@ def pct(values: list[float]) -> dict[str, float]:
         "p50": round(float(np.percentile(values, 50)), 1),
         "p99": round(float(np.percentile(values, 99)), 1),
     }
-
-
-def states(fleet: SlurmFleet) -> dict[str, dict[str, Any]]:
-    out = fleet.slurm.run("squeue", "--json", "--states=all")
-    return {str(j["job_id"]): j for j in json.loads(out)["jobs"]}
 
 
 def signal_ms(fleet: SlurmFleet, victim_part: str, high_part: str, tag: str) -> float:
@@ -78,7 +74,7 @@ def signal_ms(fleet: SlurmFleet, victim_part: str, high_part: str, tag: str) -> 
     if victim_part == "bolt":  # the victim is requeued by Boltforge: cancel it there
         api = fleet.api
         for sid in (victim, high):
-            bf = wait_until(lambda s=sid: fleet.boltforge_id(s), 30, "the Boltforge job")
+            bf = wait_until(partial(fleet.boltforge_id, sid), 30, "the Boltforge job")
             api.cancel(bf)
     else:
         fleet.slurm.run("scancel", victim, high)
@@ -88,13 +84,13 @@ def signal_ms(fleet: SlurmFleet, victim_part: str, high_part: str, tag: str) -> 
 
 def idle(fleet: SlurmFleet) -> bool:
     running = ("RUNNING", "COMPLETING", "CONFIGURING")
-    return not any(j["job_state"] in running for j in states(fleet).values())
+    return not any(j["job_state"] in running for j in fleet.queue().values())
 
 
 def quiet(fleet: SlurmFleet) -> bool:
     """Nothing runs or waits in Slurm."""
     live = ("RUNNING", "COMPLETING", "CONFIGURING", "PENDING")
-    return not any(j["job_state"] in live for j in states(fleet).values())
+    return not any(j["job_state"] in live for j in fleet.queue().values())
 
 
 def sequence(jobs: int, seed: int) -> list[tuple[int, int]]:
@@ -114,7 +110,7 @@ def splits(fleet: SlurmFleet, partition: str, seq: list[tuple[int, int]]) -> tup
     seen: dict[str, tuple[str, ...]] = {}
     deadline = time.monotonic() + 600
     while len(seen) < len(ids) and time.monotonic() < deadline:
-        for sid, j in states(fleet).items():
+        for sid, j in fleet.queue().items():
             if sid in ids and sid not in seen and j["job_state"] in ("RUNNING", "COMPLETING"):
                 seen[sid] = hostnames(str(j["nodes"]))
         time.sleep(0.1)

@@ -33,7 +33,7 @@ from contextlib import suppress
 from boltforge.agent.client import AgentClientError, ServerClient, SessionLost
 from boltforge.client import ApiFailure, Client
 from boltforge.slurm.commands import Slurm, SlurmError
-from boltforge.slurm.gang import TAG, BridgeState, Gang, parse_admin_comment
+from boltforge.slurm.gang import TAG, BridgeState, Gang, job_comment, parse_admin_comment
 from boltforge.slurm.model import SlurmJob, SlurmNode
 from boltforge.slurm.translate import (
     COMMAND,
@@ -245,7 +245,7 @@ class SlurmBridge:
             return
         bf = reply.job.id
         self.state.bf_of[job.id] = bf
-        await self.slurm.admin_comment(job.id, f"{TAG} job={bf}")
+        await self.slurm.admin_comment(job.id, job_comment(bf))
         log.info("Slurm job %s is Boltforge job %s", job.id, bf)
 
     async def _refuse(self, job: SlurmJob, why: str) -> None:

@@ -53,7 +53,12 @@ class Gang:
 
     def admin_comment(self) -> str:
         placed = ",".join(f"{r}@{n}" for r, n in self.replicas.items())
-        return f"{TAG} job={self.job} epoch={self.epoch} replicas={placed}"
+        return f"{job_comment(self.job)} epoch={self.epoch} replicas={placed}"
+
+
+def job_comment(job: str) -> str:
+    """The admin comment of a Slurm job that stands for Boltforge job ``job``."""
+    return f"{TAG} job={job}"
 
 
 def parse_admin_comment(text: str) -> tuple[str | None, Gang | None]:

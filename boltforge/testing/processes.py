@@ -10,8 +10,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import yaml
@@ -20,6 +22,18 @@ from boltforge.client import Client
 from boltforge.testing.postgres import free_port
 
 BIN = Path(sys.executable).parent
+
+
+def wait_until(check: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
+    """Poll ``check`` until it returns something truthy (returned); fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.2)
 
 
 def bolt() -> list[str]:

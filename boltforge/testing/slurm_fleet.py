@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from boltforge.client import Client
-from boltforge.testing.processes import LocalCluster, Proc, bolt, child_env, spawn
+from boltforge.slurm.gang import parse_admin_comment
+from boltforge.testing.processes import LocalCluster, Proc, bolt, child_env, spawn, wait_until
 from boltforge.testing.slurm import FAST_SCHEDULER, SlurmCluster, slurm_cluster
 
 PREEMPT_AT_ONCE = ["--min-runtime", "0", "--churn", "1", "--cooldown", "0"]
@@ -65,28 +65,20 @@ class SlurmFleet:
         script = TRAINER.format(ckpt=ckpt, steps=steps)
         return self.slurm.sbatch(f"--job-name={name}", *options, script=script), ckpt
 
+    def queue(self) -> dict[str, dict[str, Any]]:
+        """Every job ``squeue --json`` shows, by id."""
+        out = self.slurm.run("squeue", "--json", "--states=all")
+        return {str(j["job_id"]): j for j in json.loads(out)["jobs"]}
+
     def squeue(self, job: str) -> dict[str, Any]:
-        out = self.slurm.run("squeue", "--json", "--states=all")  # 22.05 ignores -j here
-        [row] = [j for j in json.loads(out)["jobs"] if str(j["job_id"]) == job]
-        return dict(row)
+        return self.queue()[job]  # 22.05's squeue --json ignores -j
 
     def boltforge_id(self, job: str) -> str | None:
-        text = str(self.squeue(job).get("admin_comment") or "")
-        fields = dict(f.split("=", 1) for f in text.split()[1:] if "=" in f)
-        return fields.get("job")
+        bf, _ = parse_admin_comment(str(self.squeue(job).get("admin_comment") or ""))
+        return bf
 
     def log(self) -> str:
         return (self.data / "bridge.log").read_text()
-
-
-def wait_until(check: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 @contextmanager

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controlplane import Plane, control_plane, wait_until
+from controlplane import Plane, control_plane
 
+from boltforge.testing.processes import wait_until
 from boltforge.wire.jobs import JobDetail, TokenRequest
 
 SLEEPS = '[python, -c, "import time; time.sleep(600)"]'

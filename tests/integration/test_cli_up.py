@@ -11,9 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from controlplane import ROOT, bolt, isolated_env, wait_until
+from controlplane import ROOT, bolt, isolated_env
 
 from boltforge.cli.localfleet import LocalFleet, free_port, ours, stop
+from boltforge.testing.processes import wait_until
 
 
 def saved_config(home: Path) -> Path:

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from controlplane import wait_until
 from playwright.sync_api import Browser, Page, expect
 from sim_kit import build, sim
 from test_faults import PREEMPT_AT_ONCE, submit
@@ -24,7 +23,7 @@ from test_health_faults import trainer
 from boltforge.client import Client
 from boltforge.sim.report import write_report
 from boltforge.testing import browser
-from boltforge.testing.processes import LocalCluster
+from boltforge.testing.processes import LocalCluster, wait_until
 from boltforge.wire.jobs import TokenRequest
 
 if browser.chromium() is None and not browser.required():

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from controlplane import wait_until
 from test_faults import PREEMPT_AT_ONCE, checkpointed, fleet, resumed_from, submit, trainer
 
 from boltforge.client import Client
+from boltforge.testing.processes import wait_until
 from boltforge.wire.jobs import JobDetail
 
 

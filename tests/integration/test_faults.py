@@ -20,14 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controlplane import wait_until
 from sqlalchemy import select
 
 from boltforge.client import ApiFailure, Client
 from boltforge.control.store.db import Database
 from boltforge.control.store.invariants import double_allocations
 from boltforge.control.store.models import ReplicaRow
-from boltforge.testing.processes import LocalCluster, replica_pids
+from boltforge.testing.processes import LocalCluster, replica_pids, wait_until
 from boltforge.wire.jobs import JobDetail, SubmitRequest
 
 TRAIN = Path(__file__).resolve().parents[2] / "examples" / "train" / "train.py"

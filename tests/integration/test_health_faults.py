@@ -10,11 +10,10 @@ import sys
 from typing import Any
 
 import httpx
-from controlplane import wait_until
 from test_faults import TRAIN, fleet, node_state, nothing_lost, running_at_epoch, submit
 
 from boltforge.client import Client
-from boltforge.testing.processes import LocalCluster
+from boltforge.testing.processes import LocalCluster, wait_until
 
 FAST = ["--heartbeat", "0.5", "--lease", "10"]
 

@@ -10,13 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controlplane import wait_until
 from sqlalchemy import select
 from test_faults import finished, fleet, store, submit
 
 from boltforge.control.store.invariants import double_allocations
 from boltforge.control.store.models import ReplicaRow
-from boltforge.testing.processes import LocalCluster
+from boltforge.testing.processes import LocalCluster, wait_until
 
 SETTLE_S = 90.0
 linux = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")

@@ -14,7 +14,6 @@ import re
 import subprocess
 from pathlib import Path
 
-from controlplane import wait_until
 from test_faults import (
     SHORT_LEASE,
     checkpointed,
@@ -28,7 +27,7 @@ from test_faults import (
 )
 
 from boltforge.client import Client
-from boltforge.testing.processes import LocalCluster, bolt, child_env
+from boltforge.testing.processes import LocalCluster, bolt, child_env, wait_until
 from boltforge.wire.reclaim import ReclaimReply
 
 NOTICE_S = 30.0

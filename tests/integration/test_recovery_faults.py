@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from controlplane import wait_until
 from test_faults import (
     SHORT_LEASE,
     checkpointed,
@@ -18,6 +17,8 @@ from test_faults import (
     submit,
     trainer,
 )
+
+from boltforge.testing.processes import wait_until
 
 
 def rack(name: str) -> int:

@@ -21,6 +21,7 @@ from sqlalchemy import create_engine, select, text
 
 from boltforge.control.app import create_app
 from boltforge.control.runtime import Runtime, ServerConfig
+from boltforge.control.store.invariants import double_allocations
 from boltforge.control.store.mirror import Mirror
 from boltforge.control.store.models import ReplicaRow
 from boltforge.core.preempt.victims import PreemptRules
@@ -242,6 +243,11 @@ class Fleet:
     def replicas(self) -> list[ReplicaRow]:
         with self.rt.db.session() as s:
             return list(s.scalars(select(ReplicaRow)))
+
+    def no_gpu_held_twice(self) -> None:
+        """No GPU was ever held by two allocations at once."""
+        with self.rt.db.session() as s:
+            assert double_allocations(s) == []
 
 
 def wait_for(check: Any, timeout: float = 10.0) -> None:

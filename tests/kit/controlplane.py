@@ -1,6 +1,7 @@
 """Real control-plane processes for tests: a ``bolt server`` on SQLite in a temporary
 directory, ``bolt agent``s with declared 8-GPU inventories, free ports, the ``bolt`` command
-run as a user would, and waiting helpers. Everything talks over loopback."""
+run as a user would, and waiting helpers (``wait_until`` comes from
+``boltforge.testing.processes``). Everything talks over loopback."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,22 +17,11 @@ from typing import Any
 
 from boltforge.cli.localfleet import free_port, inventory
 from boltforge.client import Client
+from boltforge.testing.processes import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN = "adm-test-token"
 AGENT = "agt-test-token"
-
-
-def wait_until(check: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
-    """Poll ``check`` until it returns something truthy (returned); fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.2)
 
 
 def isolated_env(home: Path, **extra: str) -> dict[str, str]:

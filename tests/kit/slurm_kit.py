@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from boltforge.testing.processes import wait_until
 from boltforge.testing.slurm import installed
-from boltforge.testing.slurm_fleet import SlurmFleet, slurm_fleet, wait_until
+from boltforge.testing.slurm_fleet import SlurmFleet, slurm_fleet
 
 __all__ = ["SlurmFleet", "scheduled_slurm", "wait_until"]
 

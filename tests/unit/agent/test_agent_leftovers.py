@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controlplane import wait_until
 
 from boltforge.agent.cleanup import group_members
 from boltforge.agent.leftovers import (
@@ -33,7 +32,7 @@ from boltforge.agent.processes import prepare, replica_env, replica_paths
 from boltforge.agent.runtime import AgentRuntime
 from boltforge.control.store.db import Database
 from boltforge.control.store.invariants import double_allocations
-from boltforge.testing.processes import LocalCluster
+from boltforge.testing.processes import LocalCluster, wait_until
 from boltforge.wire.agent import ReplicaSpec
 from boltforge.wire.jobs import SubmitRequest
 

@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 from control_kit import ADMIN, Fleet, make_spec, postgres_server, store_url, wait_for
 
-from boltforge.control.store.invariants import double_allocations
-
 __all__ = ["postgres_server", "store_url"]  # fixtures used by name
 
 
@@ -18,11 +16,6 @@ __all__ = ["postgres_server", "store_url"]  # fixtures used by name
 def fleet(tmp_path: Path, store_url: str) -> Iterator[Fleet]:
     with Fleet(tmp_path, db_url=store_url) as f:
         yield f
-
-
-def no_gpu_held_twice(fleet: Fleet) -> None:
-    with fleet.rt.db.session() as s:
-        assert double_allocations(s) == []
 
 
 def test_a_job_is_placed_on_the_tightest_hosts_and_runs_once_every_replica_started(
@@ -82,7 +75,7 @@ def test_a_high_priority_job_preempts_a_low_one_which_checkpoints_requeues_and_r
     resumed = fleet.job(low)
     assert resumed.state == "running" and resumed.epoch == 2
     assert [e.kind for e in resumed.events][-2:] == ["placed", "resumed"]
-    no_gpu_held_twice(fleet)
+    fleet.no_gpu_held_twice()
 
 
 def test_the_placed_event_names_the_jobs_preempted_for_it(fleet: Fleet) -> None:
@@ -132,7 +125,7 @@ def test_cancelling_a_running_job_signals_it_and_frees_its_gpus_when_it_exits(fl
     assert len(fleet.stop_everything()) == 4
     other = fleet.submit(make_spec("next", 32))
     assert fleet.job(other).state == "scheduled"
-    no_gpu_held_twice(fleet)
+    fleet.no_gpu_held_twice()
 
 
 def test_a_pending_job_is_cancelled_at_once(fleet: Fleet) -> None:
@@ -169,7 +162,7 @@ def test_a_big_arrival_that_must_wait_is_not_delayed_by_smaller_arrivals(fleet: 
     assert (fleet.job(small).state, fleet.job(small).reason) == ("pending", "reservation-ahead")
     fleet.stop_everything()
     assert fleet.job(big).state == "scheduled"
-    no_gpu_held_twice(fleet)
+    fleet.no_gpu_held_twice()
 
 
 def test_a_retried_submit_with_the_same_key_makes_one_job(fleet: Fleet) -> None:

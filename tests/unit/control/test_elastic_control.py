@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from control_kit import Fleet, make_spec
 
-from boltforge.control.store.invariants import double_allocations
 from boltforge.wire.jobs import JobDetail
 
 
@@ -34,11 +33,6 @@ def gpus_of(fleet: Fleet, job: str) -> int:
 
 def kinds(detail: JobDetail) -> list[str]:
     return [e.kind for e in detail.events]
-
-
-def no_gpu_held_twice(fleet: Fleet) -> None:
-    with fleet.rt.db.session() as s:
-        assert double_allocations(s) == []
 
 
 def later(fleet: Fleet, seconds: float) -> None:
@@ -83,7 +77,7 @@ def test_an_elastic_job_grows_into_freed_gpus_and_restarts_from_its_checkpoint(
     assert sorted(int(r.env["RANK"]) for r in runs) == [0, 1, 2, 3]
     assert {r.env["WORLD_SIZE"] for r in runs} == {"4"}
     assert "requeued" not in kinds(grown)
-    no_gpu_held_twice(fleet)
+    fleet.no_gpu_held_twice()
 
 
 def test_a_grown_job_shrinks_for_a_high_priority_job_and_keeps_running(fleet: Fleet) -> None:
@@ -103,7 +97,7 @@ def test_a_grown_job_shrinks_for_a_high_priority_job_and_keeps_running(fleet: Fl
     kept = fleet.job(job)
     assert kept.state == "running" and kept.epoch == 3 and gpus_of(fleet, job) == 16
     assert "requeued" not in kinds(kept) and kept.preemptions == 0
-    no_gpu_held_twice(fleet)
+    fleet.no_gpu_held_twice()
 
 
 def test_an_elastic_job_is_not_resized_again_inside_the_resize_window(fleet: Fleet) -> None:

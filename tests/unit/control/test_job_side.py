@@ -13,7 +13,6 @@ import pytest
 from control_kit import ADMIN, Fleet, make_spec
 from sqlalchemy import func, select
 
-from boltforge.control.store.invariants import double_allocations
 from boltforge.control.store.models import JobRow
 
 
@@ -21,11 +20,6 @@ from boltforge.control.store.models import JobRow
 def fleet(tmp_path: Path) -> Iterator[Fleet]:
     with Fleet(tmp_path) as f:
         yield f
-
-
-def no_gpu_held_twice(fleet: Fleet) -> None:
-    with fleet.rt.db.session() as s:
-        assert double_allocations(s) == []
 
 
 def stored_jobs(fleet: Fleet) -> int:
@@ -110,7 +104,7 @@ def test_a_live_job_is_cancelled_its_replicas_stop_and_its_gpus_come_back(
     after = fleet.submit(make_spec("after", 32))
     assert fleet.job(after).state == "scheduled"  # every GPU is free again
     assert fleet.job(job).state == "cancelled"  # a cancelled job is never placed again
-    no_gpu_held_twice(fleet)
+    fleet.no_gpu_held_twice()
 
 
 @pytest.mark.parametrize("code", [0, 5], ids=["succeeded", "failed"])
@@ -131,7 +125,7 @@ def test_cancelling_twice_records_one_cancellation(fleet: Fleet) -> None:
     kinds = [e.kind for e in fleet.job(job).events]
     assert kinds.count("cancelled") == 1
     assert len(fleet.stop_everything()) == 2
-    no_gpu_held_twice(fleet)
+    fleet.no_gpu_held_twice()
 
 
 def test_cancelling_an_array_cancels_every_live_task_and_leaves_finished_ones(
@@ -155,7 +149,7 @@ def test_cancelling_an_array_cancels_every_live_task_and_leaves_finished_ones(
     assert sorted(s for t, s in after.items() if t != done) == ["cancelled"] * 5
     fleet.stop_everything()
     assert [r for n in fleet.nodes.values() for r in n.to_run()] == []
-    no_gpu_held_twice(fleet)
+    fleet.no_gpu_held_twice()
 
 
 def test_cancelling_an_unknown_job_names_it_and_the_fix(fleet: Fleet) -> None:
@@ -201,7 +195,7 @@ def test_drains_never_spend_the_restart_budget_but_a_node_death_does(tmp_path: P
         failed = fleet.job(job)
         assert failed.state == "failed"
         assert "restart budget of 1 exhausted" in failed.events[-1].message
-        no_gpu_held_twice(fleet)
+        fleet.no_gpu_held_twice()
 
 
 def test_a_replica_that_exits_non_zero_fails_the_job_without_spending_a_restart(

@@ -13,7 +13,6 @@ import pytest
 from control_kit import ADMIN, Fleet, Node, make_spec
 from sqlalchemy import select
 
-from boltforge.control.store.invariants import double_allocations
 from boltforge.control.store.models import ReplicaRow
 from boltforge.wire.agent import ReplicaSpec
 
@@ -22,11 +21,6 @@ from boltforge.wire.agent import ReplicaSpec
 def fleet(tmp_path: Path) -> Iterator[Fleet]:
     with Fleet(tmp_path) as f:
         yield f
-
-
-def no_gpu_held_twice(fleet: Fleet) -> None:
-    with fleet.rt.db.session() as s:
-        assert double_allocations(s) == []
 
 
 def placed(fleet: Fleet, job: str) -> tuple[Node, ReplicaSpec]:
@@ -128,7 +122,7 @@ def test_a_registration_reconciles_what_the_node_still_runs(fleet: Fleet, case: 
     assert replica_row(fleet, rep.replica).state == case.replica_state
     assert fleet.job(job).state == case.job_state
     assert any(r.replica == rep.replica for r in node.to_run()) is case.still_told_to_run
-    no_gpu_held_twice(fleet)
+    fleet.no_gpu_held_twice()
 
 
 def test_a_replica_adopted_at_registration_keeps_the_pid_the_node_reported(fleet: Fleet) -> None:
@@ -227,7 +221,7 @@ def test_a_suspect_node_gets_no_new_work_until_it_heartbeats_again(tmp_path: Pat
         fleet.settle()
         assert fleet.job(job).state == "scheduled"
         assert sorted(p.node for p in fleet.job(job).placement) == ["host-0", "host-1"]
-        no_gpu_held_twice(fleet)
+        fleet.no_gpu_held_twice()
 
 
 @pytest.mark.parametrize(
@@ -249,7 +243,7 @@ def test_silence_turns_a_node_suspect_then_dead_and_its_work_moves(
         if state == "dead":
             assert fleet.nodes["host-0"].heartbeat() == 409
             assert "stopped answering" in detail.events[-1].message
-        no_gpu_held_twice(fleet)
+        fleet.no_gpu_held_twice()
 
 
 def test_a_dead_node_that_registers_again_is_ready_and_runs_the_requeued_job(
@@ -268,7 +262,7 @@ def test_a_dead_node_that_registers_again_is_ready_and_runs_the_requeued_job(
         fleet.start_everything()
         back = fleet.job(job)
         assert (back.state, back.epoch, back.restarts) == ("running", 2, 1)
-        no_gpu_held_twice(fleet)
+        fleet.no_gpu_held_twice()
 
 
 def test_a_leaving_node_keeps_its_jobs_but_gets_no_new_ones(tmp_path: Path) -> None:
@@ -360,7 +354,7 @@ def test_a_lost_replicas_late_exit_is_refused_and_does_not_end_the_requeued_job(
         assert r.status_code == 409  # a dead node's session is over
         assert replica_row(fleet, rep.replica).state == "lost"
         assert fleet.job(job).state == "scheduled"
-        no_gpu_held_twice(fleet)
+        fleet.no_gpu_held_twice()
 
 
 # -- logs and progress land on the job -------------------------------------------------------
@@ -443,7 +437,7 @@ def test_draining_one_node_of_a_gang_stops_every_replica_and_uncordon_restores_i
     rest = fleet.submit(make_spec("rest", 16))
     assert fleet.job(rest).state == "scheduled"
     assert nodes[0] in {p.node for p in fleet.job(rest).placement}
-    no_gpu_held_twice(fleet)
+    fleet.no_gpu_held_twice()
 
 
 def test_draining_an_idle_node_cordons_it_and_moves_nothing(fleet: Fleet) -> None:
