@@ -61,9 +61,10 @@ def up_command(
     except (FleetError, OSError) as e:
         fail(f"cannot start the fleet: {e}", EXIT_BAD_INPUT if isinstance(e, FleetError) else 1)
     _bring_up(fleet)
-    save_client_config(fleet.url, fleet.admin_token)
-    _print_usage(fleet, detach)
-    if not detach:
+    if detach:
+        save_client_config(fleet.url, fleet.admin_token)
+        _print_usage(fleet, detach)
+    else:
         _foreground(fleet)
 
 
@@ -105,7 +106,9 @@ def _print_usage(fleet: LocalFleet, detach: bool) -> None:
 
 
 def _foreground(fleet: LocalFleet) -> None:
-    """Wait until Ctrl-C or SIGTERM (or the server dies), then stop the fleet in order."""
+    """Print the usage and save the client config, then wait until Ctrl-C or SIGTERM (or the server dies) and stop
+    the fleet in order. An interrupt at any point after the fleet is up, even while the usage
+    is still printing, stops it the same way and exits 0."""
 
     def on_term(_sig: int, _frame: FrameType | None) -> None:
         raise KeyboardInterrupt
@@ -113,6 +116,8 @@ def _foreground(fleet: LocalFleet) -> None:
     signal.signal(signal.SIGTERM, on_term)
     code = 0
     try:
+        _print_usage(fleet, detach=False)
+        save_client_config(fleet.url, fleet.admin_token)
         while fleet.alive():
             time.sleep(0.5)
         console.print("[red]the server exited[/]; see its log", highlight=False)
