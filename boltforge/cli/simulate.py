@@ -97,7 +97,7 @@ def simulate_command(
     ],
     policy: Annotated[
         str, typer.Option(help="Comma-separated policies to compare.")
-    ] = "default,fifo,slurm-like,tiresias",
+    ] = "default,fifo,slurm-like,greedy,tiresias",
     format: Annotated[
         str | None, typer.Option("--format", help="itp, philly or csv (default: detect).")
     ] = None,
@@ -139,6 +139,13 @@ def simulate_command(
     team_queues: Annotated[
         bool, typer.Option(help="One fair-share queue per team (off: teams share one factor).")
     ] = True,
+    time_limits: Annotated[
+        bool,
+        typer.Option(
+            help="Give each job the time limit a user would ask for (off: the scheduler knows "
+            "nothing of runtimes)."
+        ),
+    ] = True,
     limit: Annotated[int | None, typer.Option(help="Replay only the first N jobs.")] = None,
     workers: Annotated[
         int | None,
@@ -178,6 +185,7 @@ def simulate_command(
         team_queues=team_queues,
         checkpoint_write_s=checkpoint_write,
         cost_routing=cost_routing,
+        time_limits=time_limits,
     )
     runs = _runs(fleet, specs, names, jobs, base, elastic_share)
     for spec in specs:

@@ -106,9 +106,9 @@ def _print_usage(fleet: LocalFleet, detach: bool) -> None:
 
 
 def _foreground(fleet: LocalFleet) -> None:
-    """Print the usage and save the client config, then wait until Ctrl-C or SIGTERM (or the server dies) and stop
-    the fleet in order. An interrupt at any point after the fleet is up, even while the usage
-    is still printing, stops it the same way and exits 0."""
+    """Print the usage and save the client config, then wait until Ctrl-C or SIGTERM (or the
+    server dies) and stop the fleet in order. An interrupt at any point after the fleet is up,
+    even while the usage is still printing, stops it the same way and exits 0."""
 
     def on_term(_sig: int, _frame: FrameType | None) -> None:
         raise KeyboardInterrupt

@@ -76,7 +76,9 @@ WINDOW = 4
 class Snapshot:
     """What a cycle sees. ``state`` holds every running job's allocation under its job id,
     with ``expected_end`` set where the job's runtime is known. ``quota`` is the queue tree
-    (None: no quotas, one flat fair share); ``usage`` the decayed usage per queue."""
+    (None: no quotas, one flat fair share); ``usage`` the decayed usage per queue.
+    ``promised``: the jobs the last full pass reserved a start for; under a policy that ranks
+    by size they keep their place ahead of the rest of their class (``promised_first``)."""
 
     state: FleetState
     pending: tuple[Job, ...]
@@ -86,6 +88,7 @@ class Snapshot:
     usage: Usage = field(default_factory=Usage)
     recent_preemptions: tuple[tuple[float, int], ...] = ()
     routing: RoutingFacts | None = None
+    promised: frozenset[str] = frozenset()
     known_held: dict[str, dict[str, int]] | None = field(default=None, repr=False, compare=False)
 
     @cached_property
@@ -140,7 +143,8 @@ def run_cycle(
     the simulator.
     """
     holdings = snap.holdings()
-    ordered = order_jobs(list(snap.pending), policy, snap.now, _fair(snap, holdings))  # 1.
+    ordered = order_jobs(list(snap.pending), policy, snap.now, _fair(snap, holdings, policy))  # 1.
+    ordered = promised_first(ordered, policy, snap.promised)
     p = _new_pass(snap, policy, holdings)  # 2. snapshot
     p.reservations = list(reservations)
     p.estimates_left = policy.estimate_waits if explain else 0
@@ -176,6 +180,16 @@ def schedule_arrival(
     )
 
 
+def promised_first(ordered: list[Job], policy: Policy, promised: frozenset[str]) -> list[Job]:
+    """Under a size-ranked order, jobs holding a reservation from the last full pass, and
+    jobs whose GPUs are held for their restart after a host failure, go first within their
+    class (in the order given), so later, smaller arrivals never push back a start that was
+    promised. Other orders are returned as given (arrival order keeps those jobs ahead)."""
+    if policy.size is None:
+        return ordered
+    return sorted(ordered, key=lambda j: (j.priority, j.id not in promised and j.held is None))
+
+
 def _new_pass(snap: Snapshot, policy: Policy, holdings: dict[str, dict[str, int]]) -> _Pass:
     running = {r.job.id: r for r in snap.running}
     p = _Pass(policy, snap.now, snap.state.copy(), running, snap.quota, holdings)
@@ -185,8 +199,9 @@ def _new_pass(snap: Snapshot, policy: Policy, holdings: dict[str, dict[str, int]
     return p
 
 
-def _fair(snap: Snapshot, holdings: dict[str, dict[str, int]]) -> FairOrder:
-    """Hierarchical fair share with DRF over the snapshot's queues (one flat tree if none)."""
+def _fair(snap: Snapshot, holdings: dict[str, dict[str, int]], policy: Policy) -> FairOrder:
+    """Hierarchical fair share with DRF over the snapshot's queues (one flat tree if none),
+    shortest work first inside a class when the policy has a size rule."""
     tree = snap.quota or QuotaTree.build([])
     fleet = snap.state.tree
     capacity = (
@@ -194,7 +209,9 @@ def _fair(snap: Snapshot, holdings: dict[str, dict[str, int]]) -> FairOrder:
         float(fleet.host_cpus.sum()),
         float(fleet.host_memory.sum()),
     )
-    return lambda jobs: fair_order(jobs, tree, snap.usage, capacity, snap.now, holdings)
+    return lambda jobs: fair_order(
+        jobs, tree, snap.usage, capacity, snap.now, holdings, policy.half_life_s, policy.size
+    )
 
 
 def _consider(

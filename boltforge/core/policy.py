@@ -6,6 +6,12 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from boltforge.core.preempt.victims import PreemptRules
+from boltforge.core.queueing.shortest import SizeRule
+
+# The default's order inside a class: least work left first, a waiting job's work halving
+# every 32 hours, its team's fair share weighing in with half the exponent
+# (``core/queueing/shortest.py``).
+SHORTEST_AGED = SizeRule(aging_s=32 * 3600.0, fair_weight=0.5)
 
 
 class Ordering(StrEnum):
@@ -35,6 +41,8 @@ class Policy:
     ``preempt_attempts`` how many jobs per pass may search for victims.
     Tiresias parameters: ``las_thresholds`` (GPU-seconds of attained service splitting the
     discrete queues) and ``starvation_s`` (a job waiting this long is promoted to the top queue).
+    ``size``: under FAIR ordering, rank jobs inside a class by aged work left with fair share
+    folded in (``core/queueing/shortest.py``) instead of by fair share, then arrival.
     """
 
     name: str
@@ -54,13 +62,14 @@ class Policy:
     starvation_s: float = 3 * 86400.0
     preempt_rules: PreemptRules = field(default_factory=PreemptRules)
     preempt_attempts: int = 8
+    size: SizeRule | None = None
 
     def with_(self, **changes: object) -> Policy:
         return replace(self, **changes)  # type: ignore[arg-type]
 
 
 POLICIES: dict[str, Policy] = {
-    "default": Policy("default"),
+    "default": Policy("default", size=SHORTEST_AGED),
     "fifo": Policy(
         "fifo",
         ordering=Ordering.FIFO,
@@ -78,6 +87,16 @@ POLICIES: dict[str, Policy] = {
         topology_aware=False,
         backfill=Backfill.EASY,
         reservations=1,
+        preemption=False,
+        elastic=False,
+        lookahead=0,
+    ),
+    "greedy": Policy(
+        "greedy",
+        ordering=Ordering.FIFO,
+        topology_aware=False,
+        backfill=Backfill.NONE,
+        reservations=0,
         preemption=False,
         elastic=False,
         lookahead=0,

@@ -67,6 +67,8 @@ class SimConfig:
     cycle the facts cost-aware routing needs (``boltforge.core.placement.routing``): each
     pool's interruptions per host-hour (its reclaim rate plus the failure rate) and each
     job's spot reclaims so far; off, the cycle places jobs without regard to price.
+    ``time_limits``: give each job the time limit a user would ask for (``sim.jobs.time_limit``);
+    off, jobs carry none and the scheduler knows nothing of their runtimes.
     """
 
     policy: Policy
@@ -81,6 +83,7 @@ class SimConfig:
     reclaims: Mapping[str, Reclaim] = field(default_factory=dict)
     checkpoint_write_s: float = 60.0
     cost_routing: bool = False
+    time_limits: bool = True
 
 
 class Kind(IntEnum):
@@ -160,12 +163,13 @@ class Simulation:
     def run(self) -> SimResult:
         """Replay every job; stop when no event is left."""
         host_gpus = int(self.tree.host_gpus.max(initial=0))
+        cfg = self.config
         jobs = {
-            t.id: to_job(
-                t, host_gpus, self.config.checkpoint_interval_s, self.config.restart_overhead_s
-            )
+            t.id: to_job(t, host_gpus, cfg.checkpoint_interval_s, cfg.restart_overhead_s)
             for t in self.trace
         }
+        if not cfg.time_limits:
+            jobs = {key: replace(job, time_limit=None) for key, job in jobs.items()}
         self.jobs = jobs
         for t in self.trace:
             self._push(t.submit_s, Kind.ARRIVAL, t.id)
@@ -248,6 +252,7 @@ class Simulation:
     def _full_pass(self) -> None:
         self._refresh_usage()
         snap = self._snapshot(tuple(self.pending.values()))
+        snap = replace(snap, promised=frozenset(r.job for r in self.reservations))
         result = run_cycle(snap, self.policy, explain=False)
         self.reservations = result.reservations
         self._apply(result)

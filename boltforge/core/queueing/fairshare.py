@@ -35,6 +35,7 @@ from collections.abc import Iterable
 
 from boltforge.core.model.workload import Job, Running, Usage
 from boltforge.core.queueing.quota import Holdings, QuotaTree, held_by, lineage
+from boltforge.core.queueing.shortest import SizeRule, rank
 
 DEFAULT_HALF_LIFE_S = 7 * 86400.0
 URGENT_SLACK_S = 3600.0
@@ -143,8 +144,13 @@ def order(
     now: float,
     holdings: Holdings,
     half_life_s: float = DEFAULT_HALF_LIFE_S,
+    size: SizeRule | None = None,
 ) -> list[Job]:
     """``jobs`` in the order the cycle should consider them (see ``order_key``).
+
+    With a ``size`` rule, the fair-share factor's place in the key goes to the job's rank
+    under it (``core/queueing/shortest.py``: aged work left, scaled by the factor); class and
+    deadline urgency still come first.
 
     The factor is the job's queue's. The dominant share is the queue's as it stands: the GPUs
     its queue (and the queues below) holds, against the job's own CPUs and memory, since
@@ -166,6 +172,9 @@ def order(
         _, cpus, memory = job_resources(job)
         queue_gpus = held[job.queue]
         dominant = dominant_share((queue_gpus, cpus, memory), capacity)
-        return order_key(job, factors[job.queue], dominant, now)
+        key = order_key(job, factors[job.queue], dominant, now)
+        if size is None:
+            return key
+        return (*key[:3], rank(job, factors[job.queue], now, size), *key[4:])
 
     return sorted(pending, key=key)

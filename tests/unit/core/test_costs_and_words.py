@@ -352,7 +352,7 @@ def test_gpu_hours_in_words(gpu_seconds: float, words: str) -> None:
 
 
 def test_named_policies_carry_their_names() -> None:
-    assert set(POLICIES) == {"default", "fifo", "slurm-like", "tiresias"}
+    assert set(POLICIES) == {"default", "fifo", "slurm-like", "greedy", "tiresias"}
     for name, policy in POLICIES.items():
         assert policy.name == name
         assert named(name) is policy

@@ -20,7 +20,9 @@ from boltforge.core.preempt.victims import PreemptRules
 from boltforge.testing.builders import make_fleet, make_gang
 
 ALL = tuple(range(8))
-CONSERVATIVE = POLICIES["default"]
+# The default's backfill and reservations with arrival order inside a class (no size rule),
+# so each scenario's jobs are considered in the order it lists them.
+CONSERVATIVE = POLICIES["default"].with_(size=None)
 EASY = CONSERVATIVE.with_(backfill=Backfill.EASY)
 
 
