@@ -68,19 +68,21 @@ class Policy:
         return replace(self, **changes)  # type: ignore[arg-type]
 
 
+# Arrival order on first fit with nothing else: no backfill, preemption, elasticity or lookahead.
+_ARRIVAL = Policy(
+    "arrival",
+    ordering=Ordering.FIFO,
+    topology_aware=False,
+    backfill=Backfill.NONE,
+    reservations=0,
+    preemption=False,
+    elastic=False,
+    lookahead=0,
+)
+
 POLICIES: dict[str, Policy] = {
     "default": Policy("default", size=SHORTEST_AGED),
-    "fifo": Policy(
-        "fifo",
-        ordering=Ordering.FIFO,
-        strict_order=True,
-        topology_aware=False,
-        backfill=Backfill.NONE,
-        reservations=0,
-        preemption=False,
-        elastic=False,
-        lookahead=0,
-    ),
+    "fifo": _ARRIVAL.with_(name="fifo", strict_order=True),  # head-of-line blocking
     "slurm-like": Policy(
         "slurm-like",
         ordering=Ordering.PRIORITY,
@@ -91,16 +93,7 @@ POLICIES: dict[str, Policy] = {
         elastic=False,
         lookahead=0,
     ),
-    "greedy": Policy(
-        "greedy",
-        ordering=Ordering.FIFO,
-        topology_aware=False,
-        backfill=Backfill.NONE,
-        reservations=0,
-        preemption=False,
-        elastic=False,
-        lookahead=0,
-    ),
+    "greedy": _ARRIVAL.with_(name="greedy"),  # whatever fits starts, in arrival order
     "tiresias": Policy(
         "tiresias",
         ordering=Ordering.LAS,

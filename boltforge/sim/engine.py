@@ -251,13 +251,15 @@ class Simulation:
 
     def _full_pass(self) -> None:
         self._refresh_usage()
-        snap = self._snapshot(tuple(self.pending.values()))
-        snap = replace(snap, promised=frozenset(r.job for r in self.reservations))
+        promised = frozenset(r.job for r in self.reservations)
+        snap = self._snapshot(tuple(self.pending.values()), promised)
         result = run_cycle(snap, self.policy, explain=False)
         self.reservations = result.reservations
         self._apply(result)
 
-    def _snapshot(self, pending: tuple[Job, ...]) -> Snapshot:
+    def _snapshot(
+        self, pending: tuple[Job, ...], promised: frozenset[str] = frozenset()
+    ) -> Snapshot:
         window = self.policy.preempt_rules.churn_window_s
         self.recent = [(t, g) for t, g in self.recent if self.now - t < window]
         running = tuple(live.run for live in self.live.values())
@@ -270,6 +272,7 @@ class Simulation:
             usage=self.usage,
             recent_preemptions=tuple(self.recent),
             routing=self._routing() if self.config.cost_routing else None,
+            promised=promised,
         )
 
     def _routing(self) -> RoutingFacts:

@@ -301,8 +301,8 @@ class Scheduler:
         with self.db.session() as s:  # the store only for quotas and fair-share usage
             world.quota = quota_tree(self.quotas, s, world, full=True)
             self._usage_at = float("-inf")
-            snap = world.snapshot(self._usage(s, now), self._recent(now))
-        snap = replace(snap, promised=frozenset(r.job for r in self.reservations))
+            promised = frozenset(r.job for r in self.reservations)
+            snap = world.snapshot(self._usage(s, now), self._recent(now), promised)
         plan = Plan(world, self.mirror.version, self.mirror.fleet_version)
         plan.read_ms = (time.perf_counter() - started) * 1000.0
         if self._planner is None:

@@ -91,7 +91,13 @@ class World:
         if self.held is not None:
             count_holding(self.held, self.fleet.tree, run)
 
-    def snapshot(self, usage: Usage, recent: tuple[tuple[float, int], ...]) -> Snapshot:
+    def snapshot(
+        self,
+        usage: Usage,
+        recent: tuple[tuple[float, int], ...],
+        promised: frozenset[str] = frozenset(),
+    ) -> Snapshot:
+        """What a pass sees; ``promised``: the jobs the last full pass reserved a start for."""
         return Snapshot(
             self.state,
             tuple(self.pending),
@@ -102,6 +108,7 @@ class World:
             routing=self.routing,
             quota=self.quota,
             known_held=self.holdings(),
+            promised=promised,
         )
 
 
