@@ -121,15 +121,18 @@ def slack(job: Job, now: float) -> float | None:
     return job.deadline - now - (job.expected_runtime() or 0.0)
 
 
-def order_key(job: Job, factor: float, dominant: float, now: float) -> OrderKey:
-    """Sort key: class, urgency (least slack first), factor desc, dominant share, submit, id."""
+def order_key(
+    job: Job, factor: float, dominant: float, now: float, size_rank: float | None = None
+) -> OrderKey:
+    """Sort key: class, urgency (least slack first), factor desc, dominant share, submit, id;
+    with ``size_rank`` (``shortest.rank``), that rank ascending in the factor's place."""
     spare = slack(job, now)
     urgent = spare is not None and spare < URGENT_SLACK_S
     return (
         job.priority,
         0 if urgent else 1,
         spare if urgent and spare is not None else 0.0,
-        -factor,
+        -factor if size_rank is None else size_rank,
         dominant,
         job.submit_time,
         job.id,
@@ -172,9 +175,8 @@ def order(
         _, cpus, memory = job_resources(job)
         queue_gpus = held[job.queue]
         dominant = dominant_share((queue_gpus, cpus, memory), capacity)
-        key = order_key(job, factors[job.queue], dominant, now)
-        if size is None:
-            return key
-        return (*key[:3], rank(job, factors[job.queue], now, size), *key[4:])
+        factor = factors[job.queue]
+        size_rank = None if size is None else rank(job, factor, now, size)
+        return order_key(job, factor, dominant, now, size_rank)
 
     return sorted(pending, key=key)
