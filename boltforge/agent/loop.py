@@ -37,6 +37,7 @@ from boltforge.agent.client import (
     ServerClient,
     SessionLost,
 )
+from boltforge.agent.containers import Engine
 from boltforge.agent.converge import plan
 from boltforge.agent.lease import LeaseClock, Session
 from boltforge.agent.outbox import Batch, Outbox
@@ -64,7 +65,8 @@ class Agent:
     (bad token, invalid inventory). ``poll_wait_s`` is the long-poll wait; ``tick_s`` how
     often output is read and the lease checked; ``hooks`` the prolog and epilog scripts run
     around each replica (see ``preflight``); ``leftover_grace_s`` the longest checkpoint
-    grace given to replicas a killed run of the agent left running (see ``leftovers``)."""
+    grace given to replicas a killed run of the agent left running (see ``leftovers``);
+    ``engine`` the container engine for replicas with an image (see ``containers``)."""
 
     def __init__(
         self,
@@ -77,6 +79,7 @@ class Agent:
         max_backoff_s: float = 10.0,
         hooks: NodeHooks | None = None,
         leftover_grace_s: float = LEFTOVER_GRACE_S,
+        engine: Engine | None = None,
     ) -> None:
         self.client, self.inventory = client, inventory
         self.leftover_grace_s = leftover_grace_s
@@ -89,6 +92,7 @@ class Agent:
             on_exit=self._wake_converge,
             preflight=Preflight(inventory, hooks),
             hooks=hooks,
+            engine=engine,
         )
         self.session: Session | None = None
         self.lease = LeaseClock()

@@ -24,6 +24,8 @@ class ReplicaPaths:
     log: Path
     progress: Path
     checkpoint: Path
+    scratch: Path
+    env_file: Path
 
 
 def safe_name(text: str) -> str:
@@ -33,7 +35,8 @@ def safe_name(text: str) -> str:
 
 def replica_paths(work_dir: Path, spec: ReplicaSpec) -> ReplicaPaths:
     """The files of ``spec``'s replica at its epoch. The checkpoint dir is the spec's, else one
-    per job under ``work_dir`` (shared by the job's epochs, so a restarted job resumes)."""
+    per job under ``work_dir`` (shared by the job's epochs, so a restarted job resumes).
+    ``scratch`` and ``env_file`` are a container's (see ``containers``)."""
     stem = f"{safe_name(spec.replica)}.e{spec.epoch}"
     checkpoint = (
         Path(spec.checkpoint_dir)
@@ -44,6 +47,8 @@ def replica_paths(work_dir: Path, spec: ReplicaSpec) -> ReplicaPaths:
         log=work_dir / "logs" / f"{stem}.log",
         progress=work_dir / "progress" / f"{stem}.jsonl",
         checkpoint=checkpoint,
+        scratch=work_dir / "scratch" / stem,
+        env_file=work_dir / "env" / f"{stem}.env",
     )
 
 
@@ -77,17 +82,21 @@ def prepare(paths: ReplicaPaths) -> None:
 async def launch(
     spec: ReplicaSpec, paths: ReplicaPaths, env: Mapping[str, str]
 ) -> asyncio.subprocess.Process:
-    """Start ``spec``'s command in a new process group, output appended to ``paths.log``.
-    Raises ``OSError`` when it cannot start (command not found, bad cwd) and ``ValueError``
-    when there is nothing to run."""
+    """Start ``spec``'s command as a process (see ``spawn``)."""
     if not spec.command:
         raise ValueError("the replica has no command")
-    if spec.image:
-        raise ValueError(f"container images are not supported on this node (image {spec.image})")
-    with paths.log.open("ab") as log:
+    return await spawn(spec.command, paths.log, env, spec.cwd)
+
+
+async def spawn(
+    argv: list[str], log_path: Path, env: Mapping[str, str], cwd: str | None = None
+) -> asyncio.subprocess.Process:
+    """Start ``argv`` in a new process group, output appended to ``log_path``. Raises
+    ``OSError`` when it cannot start (command not found, bad cwd)."""
+    with log_path.open("ab") as log:
         return await asyncio.create_subprocess_exec(
-            *spec.command,
-            cwd=spec.cwd,
+            *argv,
+            cwd=cwd,
             env=dict(env),
             stdin=subprocess.DEVNULL,
             stdout=log,

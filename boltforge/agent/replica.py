@@ -21,6 +21,7 @@ class Replica:
 
     ``term_at`` is when the agent sent the checkpoint signal (None until it is asked to stop);
     ``by_node`` is True when the agent stopped it on its own rather than at the server's word;
+    ``killed`` once the agent sent it SIGKILL;
     ``done`` is set once the process has exited and been reaped. Log chunks are numbered from
     0 in the order the output was written.
     """
@@ -34,6 +35,7 @@ class Replica:
         self.seq = 0
         self.term_at: float | None = None
         self.by_node = False
+        self.killed = False
         self.done = asyncio.Event()
 
     @property

@@ -29,6 +29,18 @@ from boltforge.agent.cleanup import (
     held_shm,
     remove_shm,
 )
+from boltforge.agent.containers import (
+    ContainerFiles,
+    Engine,
+    container_env,
+    container_name,
+    exit_words,
+    gpu_devices,
+    hand_over,
+    remove_files,
+    write_env_file,
+)
+from boltforge.agent.containers import exit_fields as container_exit
 from boltforge.agent.hooks import run_scripts
 from boltforge.agent.leftovers import (
     RECORD_NAME,
@@ -48,6 +60,7 @@ from boltforge.agent.processes import (
     replica_paths,
     shm_prefix,
     signal_group,
+    spawn,
 )
 from boltforge.agent.replica import Replica
 from boltforge.wire.agent import ReplicaSpec, ReplicaStatus
@@ -65,7 +78,9 @@ class AgentRuntime:
     to exit or failed to start, which is never started again. ``on_exit`` is called after each
     exit, so the agent can start what waited for it. ``preflight`` checks the node before
     each start; ``hooks.epilogs`` run after each exit, with the cleanup (see ``_watch``).
-    ``record`` lists the replicas launched and not yet cleaned up after (``leftovers``)."""
+    ``record`` lists the replicas launched and not yet cleaned up after (``leftovers``).
+    ``engine``: the container engine that runs the replicas whose spec names an image
+    (``containers``); None: such replicas fail to start here."""
 
     def __init__(
         self,
@@ -75,8 +90,10 @@ class AgentRuntime:
         env: Mapping[str, str] | None = None,
         preflight: Preflight | None = None,
         hooks: NodeHooks | None = None,
+        engine: Engine | None = None,
     ) -> None:
         self.work_dir = work_dir
+        self.engine = engine
         self.outbox = outbox
         self.on_exit = on_exit
         self.preflight = preflight
@@ -107,7 +124,10 @@ class AgentRuntime:
             prepare(paths)
             if not await self._preflight(replica, env):
                 return
-            replica.process = await launch(spec, paths, env)
+            if spec.image:
+                replica.process = await self._launch_container(replica, env)
+            else:
+                replica.process = await launch(spec, paths, env)
         except (OSError, ValueError) as e:
             self._not_started(replica, f"could not start: {e}")
             return
@@ -116,6 +136,35 @@ class AgentRuntime:
         log.info("started replica %s (epoch %d) as pid %s", spec.replica, spec.epoch, replica.pid)
         self.outbox.add_event(replica.event("started", time.time(), pid=replica.pid))
         self._spawn(self._watch(replica))
+
+    async def _launch_container(
+        self, replica: Replica, env: Mapping[str, str]
+    ) -> asyncio.subprocess.Process:
+        """Start ``replica`` as a container (see ``containers``). Raises ``ValueError`` when
+        this node runs no engine or lacks the image, ``OSError`` when the engine cannot
+        start."""
+        spec, engine = replica.spec, self.engine
+        if engine is None:
+            raise ValueError(
+                f"image {spec.image}: this node runs replicas as processes, not containers. "
+                "To fix: run its agent with --runtime podman (or docker)"
+            )
+        if not spec.command:
+            raise ValueError("the replica has no command")
+        if not await engine.image_present(str(spec.image)):
+            raise ValueError(
+                f"image {spec.image} is not on this node and no registry is asked. To fix: "
+                f"load or build it here (`{engine.kind} load`, `{engine.kind} build`) or name "
+                "one the node has"
+            )
+        files = _container_files(replica)
+        devices = gpu_devices(spec.gpus)
+        hand_over(files, engine.user)
+        write_env_file(files.env_file, container_env(spec, env, devices))
+        name = container_name(spec)
+        await engine.remove(name)  # one of this name left by an agent that was killed
+        argv = engine.run_argv(spec, name, files, devices)
+        return await spawn(argv, replica.paths.log, self.env)
 
     async def _preflight(self, replica: Replica, env: Mapping[str, str]) -> bool:
         """Whether ``replica`` may start; reports it ``failed`` when it may not."""
@@ -157,7 +206,7 @@ class AgentRuntime:
         if grace_s == 0:
             replica.term_at = replica.term_at or time.monotonic()
             log.info("killing replica %s (SIGKILL, no grace)", name)
-            signal_group(replica.pid, signal.SIGKILL)
+            self._kill(replica)
             return
         grace = replica.spec.grace_s if grace_s is None else grace_s
         replica.term_at = time.monotonic()
@@ -182,7 +231,7 @@ class AgentRuntime:
         _, pending = await asyncio.wait(waiting, timeout=timeout_s)
         for replica in list(self.live.values()):
             if replica.pid is not None:
-                signal_group(replica.pid, signal.SIGKILL)
+                self._kill(replica)
         if pending:
             await asyncio.wait(pending, timeout=5.0)
 
@@ -205,11 +254,13 @@ class AgentRuntime:
         assert replica.process is not None and replica.pid is not None
         code = await replica.process.wait()
         ended = time.monotonic()
+        detail = await self._container_words(replica, code)
         cleanup = await self._clean(replica, code)
         if cleanup:
             log.info("replica %s: %s", replica.name, cleanup)
         replica.done.set()
-        exit_code, sig = exit_fields(code)
+        contained = replica.spec.image and self.engine is not None
+        exit_code, sig = container_exit(code) if contained else exit_fields(code)
         held = None if replica.term_at is None else round(ended - replica.term_at, 3)
         replica.collect(self.outbox)
         event = replica.event(
@@ -221,6 +272,7 @@ class AgentRuntime:
             checkpoint_s=held,
             by_node=replica.by_node,
             cleanup=cleanup,
+            detail=detail,
         )
         self.outbox.add_event(event)
         log.info("replica %s exited (code %s, signal %s)", replica.name, exit_code, sig)
@@ -230,6 +282,15 @@ class AgentRuntime:
         self.finished.add((replica.spec.replica, replica.spec.epoch))
         self.draining.append(replica)
         self.on_exit()
+
+    async def _container_words(self, replica: Replica, code: int) -> str:
+        """What a container's exit means, in words (see ``containers.exit_words``); empty
+        for a process, or an exit that needs none."""
+        if not replica.spec.image or self.engine is None:
+            return ""
+        name = container_name(replica.spec)
+        oom = code == 137 and not replica.killed and await self.engine.oom_killed(name)
+        return exit_words(code, replica.killed, replica.spec.memory_gb, oom)
 
     async def _clean(self, replica: Replica, code: int) -> str:
         """After ``replica``'s main process exited with ``code``: end what it left in its
@@ -249,7 +310,11 @@ class AgentRuntime:
     ) -> None:
         """Once nothing of ``replica`` runs: remove its shared memory files (its prefix's,
         and ``held``, those its processes had open), then run the epilogs, with
-        ``BOLT_EXIT_CODE`` unless ``code`` is unknown (None). Notes both in ``done``."""
+        ``BOLT_EXIT_CODE`` unless ``code`` is unknown (None). Notes both in ``done``. A
+        container is removed first, with its scratch directory and env file."""
+        if replica.spec.image and self.engine is not None:
+            await self.engine.remove(container_name(replica.spec))
+            remove_files(_container_files(replica))
         done.shm = remove_shm(shm_prefix(replica.spec), held)
         if not self.hooks.epilogs:
             return
@@ -336,7 +401,17 @@ class AgentRuntime:
         except TimeoutError:
             if replica.pid is not None and not replica.done.is_set():
                 log.warning("replica %s outlived its %.1fs grace; SIGKILL", replica.name, grace_s)
-                signal_group(replica.pid, signal.SIGKILL)
+                self._kill(replica)
+
+    def _kill(self, replica: Replica) -> None:
+        """SIGKILL ``replica``: its process group, and its container through the engine
+        (the engine's client cannot pass SIGKILL on)."""
+        assert replica.pid is not None
+        replica.killed = True
+        if replica.spec.image and self.engine is not None:
+            self._spawn(self.engine.kill(container_name(replica.spec)))
+        else:
+            signal_group(replica.pid, signal.SIGKILL)
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)
@@ -351,6 +426,11 @@ class AgentRuntime:
     def cancel_tasks(self) -> None:
         for task in list(self._tasks):
             task.cancel()
+
+
+def _container_files(replica: Replica) -> ContainerFiles:
+    paths = replica.paths
+    return ContainerFiles(paths.checkpoint, paths.progress, paths.scratch, paths.env_file)
 
 
 def _which(entry: Launched) -> str:

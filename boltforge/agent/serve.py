@@ -12,6 +12,7 @@ from pathlib import Path
 
 from boltforge.agent.cleanup import LEFTOVER_GRACE_S
 from boltforge.agent.client import ServerClient
+from boltforge.agent.containers import Engine
 from boltforge.agent.loop import Agent
 from boltforge.agent.preflight import NodeHooks
 from boltforge.agent.processes import safe_name
@@ -33,12 +34,14 @@ def serve(
     work_dir: Path,
     hooks: NodeHooks | None = None,
     leftover_grace_s: float = LEFTOVER_GRACE_S,
+    engine: Engine | None = None,
 ) -> int:
     """Run the agent for ``inventory`` against ``server`` until SIGTERM or SIGINT, which stop
     the replicas gracefully and return 0; 2 when the server refuses the node. ``hooks``: the
     prolog and epilog scripts run around each replica. ``leftover_grace_s``: the longest
     checkpoint grace for the replicas a killed run of the agent left running, which are
-    ended before it registers."""
+    ended before it registers. ``engine``: the container engine for replicas with an image
+    (None: they fail to start here)."""
     if not logging.getLogger().handlers:
         logging.basicConfig(
             stream=sys.stderr,
@@ -47,7 +50,7 @@ def serve(
         )
         logging.getLogger("httpx").setLevel(logging.WARNING)
     work_dir.mkdir(parents=True, exist_ok=True)
-    return asyncio.run(_serve(server, token, inventory, work_dir, hooks, leftover_grace_s))
+    return asyncio.run(_serve(server, token, inventory, work_dir, hooks, leftover_grace_s, engine))
 
 
 async def _serve(
@@ -57,19 +60,23 @@ async def _serve(
     work_dir: Path,
     hooks: NodeHooks | None,
     leftover_grace_s: float,
+    engine: Engine | None,
 ) -> int:
     client = ServerClient(server, token)
-    agent = Agent(client, inventory, work_dir, hooks=hooks, leftover_grace_s=leftover_grace_s)
+    agent = Agent(
+        client, inventory, work_dir, hooks=hooks, leftover_grace_s=leftover_grace_s, engine=engine
+    )
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, agent.request_stop)
     logging.getLogger("boltforge.agent").info(
-        "agent for %s (%d x %s) against %s, work dir %s",
+        "agent for %s (%d x %s) against %s, work dir %s, replicas with an image run %s",
         inventory.name,
         inventory.gpus,
         inventory.gpu,
         server,
         work_dir,
+        f"on {engine.binary}" if engine else "nowhere (no --runtime engine)",
     )
     _say_checks(agent, hooks or NodeHooks())
     return await agent.run()

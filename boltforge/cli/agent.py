@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -13,7 +14,16 @@ from boltforge.agent.hooks import DEFAULT_TIMEOUT_S
 from boltforge.cli.common import EXIT_BAD_INPUT, errors, spec_errors
 
 if TYPE_CHECKING:
+    from boltforge.agent.containers import Engine
     from boltforge.agent.preflight import NodeHooks
+
+
+class Runtime(StrEnum):
+    """What runs a replica whose job names an image."""
+
+    PROCESS = "process"
+    PODMAN = "podman"
+    DOCKER = "docker"
 
 
 def agent_command(
@@ -62,6 +72,14 @@ def agent_command(
             "which a restarted agent ends before it registers (never past the node's lease).",
         ),
     ] = LEFTOVER_GRACE_S,
+    runtime: Annotated[
+        Runtime,
+        typer.Option(
+            help="How replicas whose job names an `image` run: as containers on podman or "
+            "docker (isolated, limited; see docs/forge.md). With `process` they fail to "
+            "start on this node; replicas without an image run as processes either way.",
+        ),
+    ] = Runtime.PROCESS,
 ) -> None:
     """Run the node agent: register this node, run the replicas the server assigns to it and
     report their output, progress and exit.
@@ -73,7 +91,7 @@ def agent_command(
     kill) and exits 0. Started again after it was killed (SIGKILL, a crash), it first ends
     the replicas it left running (checkpoint signal, grace, kill): their jobs requeue and
     resume from their last checkpoint. Exits 2 on a bad inventory, prolog or epilog path, a
-    missing token, or when the server refuses the node.
+    missing token or container engine, or when the server refuses the node.
     """
     from boltforge.agent.inventory import detect
     from boltforge.agent.serve import default_work_dir, serve
@@ -85,10 +103,25 @@ def agent_command(
         )
         raise typer.Exit(EXIT_BAD_INPUT)
     hooks = _hooks(prolog or [], epilog or [], hook_timeout)
+    engine = _engine(runtime)
     with spec_errors():
         node = detect(inventory, name)
     work = work_dir or default_work_dir(node.name)
-    raise typer.Exit(serve(server, token, node, work, hooks, leftover_grace))
+    raise typer.Exit(serve(server, token, node, work, hooks, leftover_grace, engine))
+
+
+def _engine(runtime: Runtime) -> Engine | None:
+    """The container engine ``--runtime`` names (None for processes); exits 2 when it is not
+    installed."""
+    from boltforge.agent.containers import Engine, EngineMissing
+
+    if runtime is Runtime.PROCESS:
+        return None
+    try:
+        return Engine.find(runtime.value)
+    except EngineMissing as e:
+        errors.print(f"[bold red]error[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
 
 
 def _hooks(prologs: list[Path], epilogs: list[Path], timeout_s: float) -> NodeHooks:

@@ -20,6 +20,7 @@ from boltforge.core.health import HealthRules, StragglerAction
 from boltforge.core.policy import POLICIES
 from boltforge.core.preempt.victims import PreemptRules
 from boltforge.spec import units
+from boltforge.spec.images import ImagePolicy
 from boltforge.spec.teams import TeamsSpec, load_teams
 
 GRACEFUL_S = 3
@@ -102,6 +103,29 @@ def server_command(
             "dollars per calendar month, UTC; see docs/quotas.md and docs/cost.md)."
         ),
     ] = None,
+    require_image: Annotated[
+        bool,
+        typer.Option(
+            "--require-image",
+            help="Accept containerized work only: a job (or each of its roles) with no "
+            "`image` is refused at submit. Overrides the teams file's `images:` (a team's own "
+            "`images:` still wins for it).",
+        ),
+    ] = False,
+    allowed_registry: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="PREFIX",
+            help="Accept only images whose name starts with PREFIX (a registry such as "
+            "`registry.acme.com/` or a path such as `ghcr.io/acme/`). Repeatable.",
+        ),
+    ] = None,
+    require_digest: Annotated[
+        bool,
+        typer.Option(
+            "--require-digest", help="Accept only images pinned by digest (NAME@sha256:...)."
+        ),
+    ] = False,
     reports: Annotated[
         Path | None,
         typer.Option(
@@ -168,7 +192,7 @@ def server_command(
         errors.print(f"[bold red]error[/] --policy {policy!r}: known: {', '.join(POLICIES)}")
         raise typer.Exit(2)
     health = _health(straggler_action, straggler_ratio, straggler_samples, progress_timeout)
-    teams_spec = _teams(teams)
+    teams_spec = _with_images(_teams(teams), require_image, allowed_registry, require_digest)
     hold_s = _seconds("--recovery-hold", recovery_hold)
     url = db or default_url()
     home = Path(user_data_dir("boltforge"))
@@ -213,6 +237,16 @@ def _teams(path: Path | None) -> TeamsSpec:
         return TeamsSpec()
     with spec_errors():
         return load_teams(path)
+
+
+def _with_images(
+    teams: TeamsSpec, require: bool, registries: list[str] | None, digest: bool
+) -> TeamsSpec:
+    """``teams`` with the server-wide image policy the options give, when any is given."""
+    if not (require or registries or digest):
+        return teams
+    policy = ImagePolicy(require=require, registries=registries or [], digest=digest)
+    return teams.model_copy(update={"images": policy})
 
 
 def _health(action: StragglerAction, ratio: float, samples: int, timeout: str) -> HealthRules:

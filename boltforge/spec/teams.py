@@ -8,6 +8,8 @@ teams:
     quota: {guaranteed: 64, burst: 128}    # GPUs in any pool; or per pool: {h100: 64}
     lending: {below: 0.25, after: 12h}     # this team's own rule (optional)
     budget: {monthly: 10000, soft: 0.8}    # dollars per calendar month (UTC); warn at 80 %
+    images: {require: true}                # containers only (see spec/images.py)
+images: {registries: [localhost/]}         # server-wide image intake policy
 ```
 
 ``guaranteed`` GPUs are the team's entitlement: borrowers of them are preempted to give them
@@ -33,6 +35,7 @@ from boltforge.core.queueing.lending import DAY_S, LendRule
 from boltforge.core.queueing.quota import ANY, QueueSpec, QuotaError, QuotaTree
 from boltforge.spec import units
 from boltforge.spec.errors import SpecError, from_validation
+from boltforge.spec.images import ImagePolicy
 from boltforge.spec.job import NAME
 from boltforge.spec.loader import read_yaml
 
@@ -90,13 +93,20 @@ class TeamSpec(_Strict):
     quota: Quota | None = None
     lending: Lending | None = None
     budget: Budget | None = None
+    images: ImagePolicy | None = None
 
 
 class TeamsSpec(_Strict):
     """Every configured team by name; teams not named here have no budget."""
 
     lending: Lending = Field(default_factory=Lending)
+    images: ImagePolicy = Field(default_factory=ImagePolicy)
     teams: dict[Annotated[str, Field(pattern=NAME)], TeamSpec] = Field(default_factory=dict)
+
+    def image_rule(self, team: str) -> ImagePolicy:
+        """The image intake policy ``team``'s jobs meet: its own, else the server-wide one."""
+        own = self.teams.get(team)
+        return own.images if own is not None and own.images is not None else self.images
 
     def budgets(self) -> dict[str, Budget]:
         return {name: t.budget for name, t in self.teams.items() if t.budget is not None}

@@ -99,7 +99,9 @@ class Heartbeat(_Wire):
 class ReplicaSpec(_Wire):
     """One replica the node should run (``action: run``) or stop (``stop``: checkpoint signal,
     then kill after ``grace_s``). ``gpus`` are the node's GPU indices; the agent maps them to
-    ``CUDA_VISIBLE_DEVICES``. ``env`` holds the rank variables a distributed job expects."""
+    ``CUDA_VISIBLE_DEVICES``. ``env`` holds the rank variables a distributed job expects.
+    ``image``: run it as a container of that image (``agent/containers.py``), limited to
+    ``cpus`` and ``memory_gb`` where they are above 0."""
 
     replica: str
     job: str
@@ -112,6 +114,8 @@ class ReplicaSpec(_Wire):
     grace_s: float = 30.0
     checkpoint_dir: str | None = None
     image: str | None = None
+    cpus: float = Field(0, ge=0)
+    memory_gb: float = Field(0, ge=0)
 
 
 class DesiredState(_Wire):

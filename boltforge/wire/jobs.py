@@ -29,9 +29,9 @@ class _Reply(BaseModel):
 
 class SubmitRequest(_Request):
     """``POST /v1/jobs``: a job spec (as JSON in ``spec`` or YAML text in ``yaml``) and the
-    command line's overrides. ``workdir`` applies only when the spec names none (``bolt
-    submit`` sends the directory it runs in). ``array`` makes it an array job (``0-99``,
-    ``0-99:2``, ``1,3,5``): one queued object whose tasks see their index in
+    command line's overrides. ``workdir`` applies only when the spec names none and runs no
+    container (``bolt submit`` sends the directory it runs in). ``array`` makes it an array
+    job (``0-99``, ``0-99:2``, ``1,3,5``): one queued object whose tasks see their index in
     ``BOLT_ARRAY_INDEX``. A retry with the same ``idempotency_key`` (or ``Idempotency-Key``
     header) returns the job already made."""
 

@@ -99,16 +99,17 @@ class Plane:
         path = self.home / "logs" / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
-    def add_agents(self, hosts: int, timeout: float = 90.0) -> None:
-        """Start ``hosts`` agents (host-0.. in racks of two) and wait until all are ready."""
+    def add_agents(self, hosts: int, timeout: float = 90.0, args: tuple[str, ...] = ()) -> None:
+        """Start ``hosts`` agents (host-0.. in racks of two) and wait until all are ready;
+        ``args`` are added to each ``bolt agent`` command line."""
         for i in range(len(self.agents), len(self.agents) + hosts):
             inv = self.home / "nodes" / f"host-{i}.yaml"
             inv.parent.mkdir(parents=True, exist_ok=True)
             inv.write_text(inventory(i))
             work = self.home / "agents" / f"host-{i}"
-            args = ["agent", "--server", self.url, "--token", AGENT, "--inventory", str(inv)]
-            args += ["--work-dir", str(work)]
-            self.agents.append(_start(args, self.home / "logs" / f"host-{i}.log", self.env()))
+            line = ["agent", "--server", self.url, "--token", AGENT, "--inventory", str(inv)]
+            line += ["--work-dir", str(work), *args]
+            self.agents.append(_start(line, self.home / "logs" / f"host-{i}.log", self.env()))
         want = len(self.agents)
         with self.client() as c:
             wait_until(

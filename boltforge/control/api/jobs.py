@@ -20,7 +20,7 @@ from boltforge.control.jobs import budgets
 from boltforge.control.jobs.budgets import Admission
 from boltforge.control.jobs.cancel import cancel_jobs
 from boltforge.control.jobs.intake import Order
-from boltforge.control.jobs.submit import check_fit, find_by_key, parse_request
+from boltforge.control.jobs.submit import check_fit, check_images, find_by_key, parse_request
 from boltforge.control.outlook import with_outlook
 from boltforge.control.runtime import Runtime
 from boltforge.control.scheduling.lifecycle import LIVE
@@ -80,6 +80,7 @@ async def submit(req: SubmitRequest, request: Request) -> Response:
             f"you may submit only for team {who.team}, not {spec.team}. "
             f"To fix: set `team: {who.team}`",
         )
+    check_images(spec, rt.config.teams, req.source)
     fleet = rt.known_fleet() or await run_in_threadpool(rt.fleet)
     gang = check_fit(spec, fleet, req.source)
     warnings = await _budget_warnings(rt, spec)

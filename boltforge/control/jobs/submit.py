@@ -24,6 +24,7 @@ from boltforge.spec.errors import _MISSING, Problem, SpecError
 from boltforge.spec.job import PRIORITY_CLASSES, JobSpec, parse_job
 from boltforge.spec.loader import parse_yaml
 from boltforge.spec.resolve import to_gang
+from boltforge.spec.teams import TeamsSpec
 from boltforge.wire.jobs import SubmitRequest
 
 MAX_TASKS = 10_000
@@ -63,14 +64,25 @@ def _overridden(data: dict[str, Any], req: SubmitRequest) -> dict[str, Any]:
         out["priority"] = int(p) if p.isdigit() else p
     if req.team is not None:
         out["team"] = req.team
-    if req.workdir is not None and not out.get("workdir"):
+    if req.workdir is not None and not out.get("workdir") and not _has_image(out):
         out["workdir"] = req.workdir
     return out
 
 
+def _has_image(data: dict[str, Any]) -> bool:
+    """Whether any part of the job runs in a container (whose file system is the image's,
+    where the submitting machine's directory means nothing)."""
+    roles = data.get("roles")
+    images = (
+        [r.get("image") for r in roles if isinstance(r, dict)] if isinstance(roles, list) else []
+    )
+    return bool(data.get("image")) or any(images)
+
+
 def _command(spec: JobSpec) -> object:
-    if spec.roles:
-        return spec.command if all(r.command for r in spec.roles) or spec.command else None
+    """What the job runs: the job's command, else every role's (None when a role has none)."""
+    if spec.command is None and spec.roles and all(r.command for r in spec.roles):
+        return [r.command for r in spec.roles]
     return spec.command
 
 
@@ -92,6 +104,16 @@ def parse_array(text: str, source: str = "job") -> list[int]:
             raise _error(source, "array", f"more than {MAX_TASKS} tasks. To fix: split it", text)
         out.update(range(lo, hi + 1, step))
     return sorted(out)
+
+
+def check_images(spec: JobSpec, teams: TeamsSpec | None, source: str = "job") -> None:
+    """Raise ``SpecError`` naming each field where ``spec`` breaks its team's image intake
+    policy (``spec/images.py``); nothing when it complies or there is no policy."""
+    if teams is None:
+        return
+    problems = teams.image_rule(spec.team).problems(spec)
+    if problems:
+        raise SpecError(source, problems)
 
 
 def check_fit(spec: JobSpec, fleet: Fleet | None, source: str = "job") -> Gang | None:

@@ -242,6 +242,8 @@ def desired(mirror: Mirror, name: str) -> DesiredState | None:
             grace_s=float(r.spec.get("grace_s", 30.0)),
             checkpoint_dir=r.spec.get("checkpoint_dir"),
             image=r.spec.get("image"),
+            cpus=r.cpus,
+            memory_gb=r.memory_gb,
         )
         for r in reps
     ]

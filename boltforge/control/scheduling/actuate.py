@@ -321,7 +321,7 @@ def _replica(
         "env": env,
         "grace_s": float((row.spec.get("checkpoint") or {}).get("grace", 120.0)),
         "checkpoint_dir": f"{settings.checkpoint_root.rstrip('/')}/{row.id}",
-        "image": row.spec.get("image"),
+        "image": _role_field(row.spec, g.role, "image"),
     }
     return ReplicaRow(
         id=f"{row.id}.{row.epoch}.{slot.rank}",
@@ -338,11 +338,16 @@ def _replica(
     )
 
 
+def _role_field(spec: dict[str, Any], role: str, key: str) -> Any:
+    """``key`` of ``role`` in the stored job ``spec``, else the job's own."""
+    value = next(
+        (r.get(key) for r in spec.get("roles", []) if r.get("name", "worker") == role), None
+    )
+    return value or spec.get(key)
+
+
 def _command(spec: dict[str, Any], role: str) -> list[str]:
-    command = next(
-        (r.get("command") for r in spec.get("roles", []) if r.get("name", "worker") == role),
-        None,
-    ) or spec.get("command")
+    command = _role_field(spec, role, "command")
     if isinstance(command, str):
         return (
             ["/bin/sh", "-c", command]

@@ -243,8 +243,12 @@ def test_progress_lines_that_are_not_json_objects_are_skipped(tmp_path: Path) ->
     assert tail.read(1 << 16) == [{"step": 3}, {"step": 4}]
 
 
+def replica_files(tmp: Path) -> ReplicaPaths:
+    return ReplicaPaths(tmp / "r.log", tmp / "r.jsonl", tmp / "ckpt", tmp / "s", tmp / "r.env")
+
+
 def test_a_replica_moves_its_output_and_valid_progress_into_the_outbox(tmp_path: Path) -> None:
-    paths = ReplicaPaths(tmp_path / "r.log", tmp_path / "r.jsonl", tmp_path / "ckpt")
+    paths = replica_files(tmp_path)
     replica = Replica(spec("w0", epoch=3), paths)
     paths.log.write_text("hello\n")
     lines = [
@@ -262,7 +266,7 @@ def test_a_replica_moves_its_output_and_valid_progress_into_the_outbox(tmp_path:
 
 
 def test_a_full_outbox_leaves_the_output_on_disk_until_there_is_room(tmp_path: Path) -> None:
-    paths = ReplicaPaths(tmp_path / "r.log", tmp_path / "r.jsonl", tmp_path / "ckpt")
+    paths = replica_files(tmp_path)
     replica = Replica(spec("w0"), paths)
     paths.log.write_text("0123456789")
     box = Outbox(max_log_bytes=4)

@@ -242,7 +242,7 @@ def test_return_codes_map_to_exit_code_or_signal() -> None:
     [
         ({"command": []}, "could not start: the replica has no command"),
         ({"command": ["/nonexistent/bin/train"]}, "could not start: "),
-        ({"image": "nvcr.io/pytorch:24"}, "container images are not supported"),
+        ({"image": "nvcr.io/pytorch:24"}, "runs replicas as processes, not containers"),
     ],
 )
 def test_a_replica_that_cannot_start_is_reported_failed_once(

@@ -20,9 +20,10 @@ Held = tuple[Fleet, threading.Event]
 @pytest.fixture
 def held_planner(tmp_path: Path) -> Iterator[Held]:
     """A fleet whose full passes are planned in the background, with the planner held at a
-    gate until the test opens it."""
+    gate while the test keeps it closed (it starts open)."""
     fleet = Fleet(tmp_path, hosts=2, overlap=True)
     gate = threading.Event()
+    gate.set()
     with fleet:
         sched = fleet.rt.scheduler
         decide = sched._decide
@@ -40,12 +41,20 @@ def placed_on(fleet: Fleet, job: str) -> set[str]:
     return {r.node for r in fleet.replicas() if r.job_id == job and r.state != "exited"}
 
 
-def planned_and_held(fleet: Fleet) -> str:
+def planned_and_held(fleet: Fleet, gate: threading.Event) -> str:
     """A 16-GPU job that waits for a 16-GPU job to finish on both hosts; once it finished,
-    the full pass planned for the waiting one is held. Returns the waiting job."""
+    the full pass planned for the waiting one (on both hosts) is held at the closed gate.
+    Returns the waiting job. The waiting job's arrival is settled, and the plans made while
+    it could not fit are applied, before the gate closes: otherwise the pass that sees the
+    finish could place it as an arrival, with no plan to hold."""
+    sched = fleet.rt.scheduler
     big = fleet.submit(make_spec("big", 16))
     fleet.start_everything()
-    waiting = str(fleet.post("/v1/jobs", {"spec": make_spec("next", 16)}).json()["job"]["id"])
+    waiting = fleet.submit(make_spec("next", 16))
+    wait_for(lambda: sched._planning is None, 10)
+    fleet.settle()
+    assert fleet.job(waiting).state == "pending"
+    gate.clear()
     fleet.finish(big)  # frees both hosts
     wait_for(lambda: fleet.rt.scheduler._planning is not None, 10)
     return waiting
@@ -54,7 +63,7 @@ def planned_and_held(fleet: Fleet) -> str:
 def test_a_bind_onto_a_host_cordoned_meanwhile_is_dropped(held_planner: Held) -> None:
     fleet, gate = held_planner
     sched = fleet.rt.scheduler
-    waiting = planned_and_held(fleet)
+    waiting = planned_and_held(fleet, gate)
     r = fleet.post("/v1/nodes/host-0/cordon", {})
     assert r.status_code == 200, r.text
     gate.set()
@@ -68,7 +77,7 @@ def test_a_bind_onto_a_host_cordoned_meanwhile_is_dropped(held_planner: Held) ->
 
 def test_a_plan_applies_whole_when_nothing_changed(held_planner: Held) -> None:
     fleet, gate = held_planner
-    waiting = planned_and_held(fleet)
+    waiting = planned_and_held(fleet, gate)
     gate.set()
     wait_for(lambda: fleet.job(waiting).state == "scheduled", 30)
     assert placed_on(fleet, waiting) == {"host-0", "host-1"}

@@ -1,0 +1,186 @@
+"""Containerized jobs on a real engine: a ``bolt server`` and one ``bolt agent --runtime
+podman`` on loopback, running the example training image built locally
+(``deploy/images/build.sh``). A training container is preempted and resumes from its
+checkpoint; a container past its memory limit is killed and its job says so; a container sees
+neither another job's files nor its processes, nor the network; a missing image fails the job
+at once. Skipped where podman cannot run, unless BOLT_REQUIRE_CONTAINERS=1 (CI)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from controlplane import Plane, control_plane
+
+from boltforge.testing.containers import (
+    TRAIN_IMAGE,
+    build_train_image,
+    containers_conf,
+    engine_problem,
+)
+from boltforge.testing.processes import wait_until
+from boltforge.wire.jobs import JobDetail
+
+TRAIN = "python3 /opt/boltforge/train.py"
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
+    """A server that preempts at once, with one 8-GPU host whose agent runs podman."""
+    home = tmp_path_factory.mktemp("forge")
+    env = containers_conf(home / "podman")
+    problem = engine_problem(env)
+    if problem is not None:
+        if os.environ.get("BOLT_REQUIRE_CONTAINERS") == "1":
+            raise RuntimeError(f"a container engine is required here: {problem}")
+        pytest.skip(problem)
+    build_train_image(env)
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        with control_plane(home, "--min-runtime", "0", "--churn", "1") as p:
+            p.add_agents(1, args=("--runtime", "podman"))
+            yield p
+
+
+@pytest.fixture(autouse=True)
+def empty_queue(plane: Plane) -> Iterator[None]:
+    yield
+    with plane.client() as c:
+        for job in c.jobs().jobs:
+            c.cancel(job.id)
+        wait_until(lambda: not c.jobs().jobs, 60, "the queue to empty")
+
+
+def submit(plane: Plane, tmp: Path, name: str, body: str) -> str:
+    path = tmp / f"{name}.yaml"
+    path.write_text(f"name: {name}\nteam: research\n{body}")
+    run = plane.bolt("submit", str(path), "--json")
+    assert run.returncode == 0, run.stdout + run.stderr
+    job: str = json.loads(run.stdout)["job"]["id"]
+    return job
+
+
+def detail(plane: Plane, job: str) -> JobDetail:
+    with plane.client() as c:
+        return c.job(job)
+
+
+def ended(plane: Plane, job: str, timeout: float = 120.0) -> JobDetail:
+    done = ("succeeded", "failed", "cancelled")
+    wait_until(lambda: detail(plane, job).state in done, timeout, f"job {job} to end")
+    return detail(plane, job)
+
+
+def logs(plane: Plane, job: str) -> str:
+    return plane.bolt("logs", job).stdout
+
+
+def messages(d: JobDetail) -> str:
+    return "\n".join(e.message for e in d.events)
+
+
+def test_a_training_container_is_preempted_and_resumes_from_its_checkpoint(
+    plane: Plane, tmp_path: Path
+) -> None:
+    train = f"{TRAIN} --steps 100000 --step-time 0.02 --checkpoint-every 100000 --print-every 20"
+    low = submit(
+        plane, tmp_path, "low", f"priority: low\ngpus: 8\nimage: {TRAIN_IMAGE}\ncommand: {train}\n"
+    )
+    wait_until(lambda: "step 40" in logs(plane, low), 120, "the low job to train")
+    high_body = f"priority: high\ngpus: 8\nimage: {TRAIN_IMAGE}\n"
+    high = submit(plane, tmp_path, "high", high_body + 'command: python3 -c "print(42)"\n')
+    assert ended(plane, high).state == "succeeded"
+    assert logs(plane, high).split() == ["42"]
+    wait_until(lambda: "resumed from step" in logs(plane, low), 120, "the low job to resume")
+    out = logs(plane, low)
+    stopped = int(out.split("preempted at step ")[1].split(",")[0])
+    assert f"resumed from step {stopped}" in out
+    story = messages(detail(plane, low))
+    assert "checkpointed in" in story and "resumed" in story
+
+
+def test_a_container_past_its_memory_limit_is_killed_and_the_job_says_so(
+    plane: Plane, tmp_path: Path
+) -> None:
+    grab = 'python3 -c "x = bytearray(1 << 30); print(len(x))"'
+    job = submit(
+        plane, tmp_path, "hog", f"gpus: 1\nmemory_gb: 0.25\nimage: {TRAIN_IMAGE}\ncommand: {grab}\n"
+    )
+    d = ended(plane, job)
+    assert d.state == "failed"
+    assert "out of memory" in messages(d) and "0.25 GB" in messages(d)
+
+
+def test_a_container_sees_no_other_jobs_files_processes_or_network(
+    plane: Plane, tmp_path: Path
+) -> None:
+    marker = "secret-holder-7f3a"
+    holder_cmd = (
+        "sh -c 'echo s3cret > /bolt/checkpoint/weights; echo s3cret > /scratch/data; "
+        f'exec python3 -c "import time; time.sleep(600)" {marker}\''
+    )
+    holder = submit(
+        plane, tmp_path, "holder", f"gpus: 4\nimage: {TRAIN_IMAGE}\ncommand: {holder_cmd}\n"
+    )
+    wait_until(lambda: detail(plane, holder).state == "running", 60, "the holder to run")
+    holder_ckpt = plane.home / "checkpoints" / holder
+    wait_until(lambda: (holder_ckpt / "weights").exists(), 60, "the holder's checkpoint")
+    port = plane.url.rsplit(":", 1)[1]
+    body = f"gpus: 4\nimage: {TRAIN_IMAGE}\ncommand: [python3, -c, {json.dumps(PROBE)}]\n"
+    body += f"env: {{HOLDER_CKPT: '{holder_ckpt}', MARKER: {marker}, PORT: '{port}'}}\n"
+    prober = submit(plane, tmp_path, "prober", body)
+    d = ended(plane, prober)
+    said = logs(plane, prober)
+    assert d.state == "succeeded", said + messages(d)
+    facts: dict[str, Any] = json.loads(said.strip().splitlines()[-1])
+    assert facts["uid"] == 65534
+    assert facts["root_writable"] is False
+    assert facts["marker_seen"] is False
+    assert facts["holder_checkpoint_visible"] is False
+    assert facts["own_checkpoint"] == []
+    assert facts["network"].startswith("refused")
+    assert facts["processes"] <= 3  # init, python and nothing of the host's
+
+
+PROBE = """
+import json, os, socket
+pids = [p for p in os.listdir('/proc') if p.isdigit()]
+def cmdline(p):
+    try:
+        return open(f'/proc/{p}/cmdline', 'rb').read().decode(errors='replace')
+    except OSError:
+        return ''
+try:
+    open('/etc/probe', 'w')
+    writable = True
+except OSError:
+    writable = False
+try:
+    socket.create_connection(('127.0.0.1', int(os.environ['PORT'])), timeout=2).close()
+    net = 'reached the server'
+except OSError as e:
+    net = f'refused: {e}'
+print(json.dumps({
+    'uid': os.getuid(),
+    'root_writable': writable,
+    'processes': len(pids),
+    'marker_seen': any(os.environ['MARKER'] in cmdline(p) for p in pids),
+    'holder_checkpoint_visible': os.path.exists(os.environ['HOLDER_CKPT']),
+    'own_checkpoint': sorted(os.listdir('/bolt/checkpoint')),
+    'network': net,
+}))
+"""
+
+
+def test_a_missing_image_fails_the_job_at_once(plane: Plane, tmp_path: Path) -> None:
+    job = submit(
+        plane, tmp_path, "ghost", 'gpus: 1\nimage: localhost/absent:1\ncommand: ["true"]\n'
+    )
+    d = ended(plane, job, 60)
+    assert d.state == "failed"
+    assert "image localhost/absent:1 is not on this node" in messages(d)
