@@ -3,12 +3,15 @@ podman`` on loopback, running the example training image built locally
 (``deploy/images/build.sh``). A training container is preempted and resumes from its
 checkpoint; a container past its memory limit is killed and its job says so; a container sees
 neither another job's files nor its processes, nor the network; a missing image fails the job
-at once. Skipped where podman cannot run, unless BOLT_REQUIRE_CONTAINERS=1 (CI)."""
+at once; an agent killed while a container ran ends and removes it when it starts again.
+Skipped where podman cannot run, unless BOLT_REQUIRE_CONTAINERS=1 (CI)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,9 @@ from typing import Any
 import pytest
 from controlplane import Plane, control_plane
 
+from boltforge.agent.containers import Engine, container_name
+from boltforge.agent.outbox import Outbox
+from boltforge.agent.runtime import AgentRuntime
 from boltforge.testing.containers import (
     TRAIN_IMAGE,
     build_train_image,
@@ -23,16 +29,16 @@ from boltforge.testing.containers import (
     engine_problem,
 )
 from boltforge.testing.processes import wait_until
+from boltforge.wire.agent import ReplicaSpec
 from boltforge.wire.jobs import JobDetail
 
 TRAIN = "python3 /opt/boltforge/train.py"
 
 
 @pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
-    """A server that preempts at once, with one 8-GPU host whose agent runs podman."""
-    home = tmp_path_factory.mktemp("forge")
-    env = containers_conf(home / "podman")
+def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """podman set up for this host (in the environment) and the training image built."""
+    env = containers_conf(tmp_path_factory.mktemp("podman"))
     problem = engine_problem(env)
     if problem is not None:
         if os.environ.get("BOLT_REQUIRE_CONTAINERS") == "1":
@@ -42,15 +48,23 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
     with pytest.MonkeyPatch.context() as mp:
         for key, value in env.items():
             mp.setenv(key, value)
-        with control_plane(home, "--min-runtime", "0", "--churn", "1") as p:
-            p.add_agents(1, args=("--runtime", "podman"))
-            yield p
+        yield
 
 
-@pytest.fixture(autouse=True)
-def empty_queue(plane: Plane) -> Iterator[None]:
-    yield
-    with plane.client() as c:
+@pytest.fixture(scope="module")
+def server(podman: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
+    """A server that preempts at once, with one 8-GPU host whose agent runs podman."""
+    home = tmp_path_factory.mktemp("forge")
+    with control_plane(home, "--min-runtime", "0", "--churn", "1") as p:
+        p.add_agents(1, args=("--runtime", "podman"))
+        yield p
+
+
+@pytest.fixture
+def plane(server: Plane) -> Iterator[Plane]:
+    """The module's server; every job is cancelled after the test."""
+    yield server
+    with server.client() as c:
         for job in c.jobs().jobs:
             c.cancel(job.id)
         wait_until(lambda: not c.jobs().jobs, 60, "the queue to empty")
@@ -184,3 +198,58 @@ def test_a_missing_image_fails_the_job_at_once(plane: Plane, tmp_path: Path) -> 
     d = ended(plane, job, 60)
     assert d.state == "failed"
     assert "image localhost/absent:1 is not on this node" in messages(d)
+
+
+CHECKPOINTS_ON_SIGTERM = """
+import signal, sys, time
+def bye(*_):
+    open('/bolt/checkpoint/saved', 'w').write('x')
+    sys.exit(0)
+signal.signal(signal.SIGTERM, bye)
+open('/bolt/checkpoint/ready', 'w').write('x')
+while True:
+    time.sleep(0.05)
+"""
+
+
+def containers_named(name: str) -> list[str]:
+    run = subprocess.run(
+        ["podman", "ps", "--all", "--filter", f"name=^{name}$", "--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return run.stdout.split()
+
+
+def test_an_agent_killed_while_a_container_ran_ends_and_removes_it_when_it_starts_again(
+    podman: None, tmp_path: Path
+) -> None:
+    work, ckpt = tmp_path / "agent", tmp_path / "ckpt"
+    one = ReplicaSpec(
+        replica="9.1.0",
+        job="9",
+        epoch=1,
+        action="run",
+        image=TRAIN_IMAGE,
+        command=["python3", "-c", CHECKPOINTS_ON_SIGTERM],
+        checkpoint_dir=str(ckpt),
+        grace_s=20,
+    )
+    engine = Engine.find("podman")
+
+    async def start() -> None:  # the agent's run, which then dies without a word
+        first = AgentRuntime(work, Outbox(), on_exit=lambda: None, engine=engine)
+        await first.start(one)
+        first.cancel_tasks()
+
+    asyncio.run(start())
+    wait_until(lambda: (ckpt / "ready").exists(), 60, "the container to start")
+    assert containers_named(container_name(one)) == [container_name(one)]
+    again = AgentRuntime(work, Outbox(), on_exit=lambda: None, engine=engine)
+    assert asyncio.run(again.end_leftovers(max_grace_s=20)) == 1
+    assert (ckpt / "saved").exists()  # it got the checkpoint signal through the engine
+    assert containers_named(container_name(one)) == []
+    [event] = list(again.outbox.events)
+    assert event.kind == "exited" and event.by_node
+    assert not (work / "scratch").exists() or not any((work / "scratch").iterdir())
