@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import os
 import random
+import ssl
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -17,6 +19,7 @@ from pydantic import BaseModel
 
 from boltforge.wire.cost import CostReply
 from boltforge.wire.jobs import (
+    ArtifactList,
     EventPage,
     FleetOut,
     JobDetail,
@@ -47,17 +50,33 @@ def config_path() -> Path:
 def resolve(server: str | None, token: str | None) -> tuple[str, str | None]:
     """Server and token from the arguments, else ``BOLT_SERVER`` / ``BOLT_TOKEN``, else the
     file ``bolt up`` wrote, else the default local server."""
-    saved: dict[str, Any] = {}
-    path = config_path()
-    if path.exists():
-        try:
-            loaded = json.loads(path.read_text())
-        except (OSError, ValueError):
-            loaded = {}
-        saved = loaded if isinstance(loaded, dict) else {}  # not what `bolt up` writes: ignored
+    saved = _saved()
     url = server or os.environ.get("BOLT_SERVER") or saved.get("server") or DEFAULT_SERVER
     tok = token or os.environ.get("BOLT_TOKEN") or saved.get("token")
     return str(url).rstrip("/"), tok
+
+
+def resolve_ca(server: str, ca: str | None) -> str | None:
+    """The CA bundle to verify ``server`` (a resolved URL) with: the argument, else
+    ``BOLT_CA``, else the CA ``bolt up --tls`` saved when ``server`` is the server it saved;
+    None (the system's trusted CAs) when none applies."""
+    saved = _saved()
+    same = str(saved.get("server") or "").rstrip("/") == server
+    found = ca or os.environ.get("BOLT_CA") or (saved.get("ca") if same else None)
+    return str(found) if found else None
+
+
+def _saved() -> dict[str, Any]:
+    """What ``bolt up`` saved in ``config_path()``; empty when there is none or it is not a
+    JSON object."""
+    path = config_path()
+    if not path.exists():
+        return {}
+    try:
+        loaded = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
 
 
 class ApiFailure(Exception):
@@ -71,13 +90,20 @@ class ApiFailure(Exception):
 
 
 class Client:
-    """Calls to one server with one token (``Authorization: Bearer``)."""
+    """Calls to one server with one token (``Authorization: Bearer``). An https server's
+    certificate is verified against the CA bundle ``ca`` (a PEM file) when given, else
+    against the system's trusted CAs; a ``ca`` that cannot be loaded raises
+    ``boltforge.tls.BadCA``."""
 
-    def __init__(self, server: str, token: str | None, timeout: float = 30.0) -> None:
+    def __init__(
+        self, server: str, token: str | None, timeout: float = 30.0, ca: str | Path | None = None
+    ) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.server = server
         self.token = token
-        self.http = httpx.Client(base_url=server, headers=headers, timeout=timeout)
+        self.http = httpx.Client(
+            base_url=server, headers=headers, timeout=timeout, verify=_verify(ca)
+        )
 
     def close(self) -> None:
         self.http.close()
@@ -109,11 +135,7 @@ class Client:
         try:
             return self.http.request(method, path, timeout=timeout or self.http.timeout, **kw)
         except httpx.HTTPError as e:
-            raise ApiFailure(
-                0,
-                f"cannot reach {self.server}: {e}. To fix: start it with "
-                "`bolt up` or `bolt server`, or set BOLT_SERVER",
-            ) from None
+            raise _unreachable(self.server, e) from None
 
     def submit(self, req: SubmitRequest, idempotency_key: str | None = None) -> SubmitReply:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
@@ -133,6 +155,22 @@ class Client:
     def events(self, job_id: str, after: int = 0, wait: float = 0.0) -> EventPage:
         params = {"after": after, "wait": wait}
         return self._call("GET", f"/v1/jobs/{job_id}/events", EventPage, wait + 10, params=params)
+
+    def artifacts(self, job_id: str) -> ArtifactList:
+        return self._call("GET", f"/v1/jobs/{job_id}/artifacts", ArtifactList)
+
+    def download_artifact(self, job_id: str, name: str) -> Iterator[bytes]:
+        """The bytes of artifact ``name`` of ``job_id``, in chunks as they arrive. Raises
+        ``ApiFailure`` when the server refuses or cannot be reached."""
+        path = f"/v1/jobs/{job_id}/artifacts/{quote(name)}"
+        try:
+            with self.http.stream("GET", path, timeout=None) as r:
+                if r.status_code >= 400:
+                    r.read()
+                    raise _failure(r)
+                yield from r.iter_bytes()
+        except httpx.HTTPError as e:
+            raise _unreachable(self.server, e) from None
 
     def logs(self, job_id: str, after: int = 0, wait: float = 0.0) -> LogPage:
         params = {"after": after, "wait": wait}
@@ -177,6 +215,41 @@ class Client:
             return self.http.get("/healthz", timeout=2.0).status_code == 200
         except httpx.HTTPError:
             return False
+
+
+def _verify(ca: str | Path | None) -> ssl.SSLContext | bool:
+    """What https is verified with (see ``boltforge.tls.verify_with``)."""
+    if not ca:
+        return True
+    from boltforge.tls import verify_with  # loads cryptography: only for those who use TLS
+
+    return verify_with(ca)
+
+
+def _unreachable(server: str, error: httpx.HTTPError) -> ApiFailure:
+    """The failure for a request that got no answer, with its fix: a server certificate
+    that did not verify, a server that hung up on plain HTTP (it may serve HTTPS), or a
+    server that is not there."""
+    from boltforge.tls import certificate_problem
+
+    problem = certificate_problem(error)
+    if problem:
+        return ApiFailure(
+            0,
+            f"cannot verify the TLS certificate of {server}: {problem}. To fix: pass --ca "
+            "with the CA certificate that signed it (or set BOLT_CA)",
+        )
+    if server.startswith("http://") and isinstance(error, httpx.RemoteProtocolError):
+        return ApiFailure(
+            0,
+            f"cannot reach {server}: {str(error).rstrip('.')}. To fix: if it serves HTTPS, "
+            "use an https:// URL in --server or BOLT_SERVER; else check that it is running",
+        )
+    return ApiFailure(
+        0,
+        f"cannot reach {server}: {error}. To fix: start it with "
+        "`bolt up` or `bolt server`, or set BOLT_SERVER",
+    )
 
 
 def retry_after(r: httpx.Response) -> float | None:

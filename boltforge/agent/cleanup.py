@@ -36,13 +36,15 @@ POLL_S = 0.05
 @dataclass(slots=True)
 class Cleanup:
     """What cleanup did: the leftover ``orphans`` (pids) it ended, whether any needed
-    SIGKILL, the ``shm`` files it removed, epilog failures, and how long it all took.
+    SIGKILL, the ``shm`` files it removed, epilog failures, declared ``outputs`` it could not
+    collect, and how long it all took.
     ``what`` names the orphans in ``describe``."""
 
     orphans: list[int] = field(default_factory=list)
     killed: bool = False
     shm: list[str] = field(default_factory=list)
     epilog: str = ""
+    outputs: list[str] = field(default_factory=list)
     seconds: float = 0.0
     what: str = "leftover process(es)"
 
@@ -56,6 +58,7 @@ class Cleanup:
             parts.append(f"removed {len(self.shm)} /dev/shm file(s): {', '.join(self.shm)}")
         if self.epilog:
             parts.append(f"epilog {self.epilog}")
+        parts += self.outputs
         if not parts:
             return ""
         return f"cleanup in {self.seconds:.2f} s: " + "; ".join(parts)

@@ -9,12 +9,15 @@ the expected body: try again later).
 from __future__ import annotations
 
 import random
-from typing import TypeVar
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import BinaryIO, TypeVar
 from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from boltforge.tls import certificate_problem, verify_with
 from boltforge.wire.agent import (
     AgentReport,
     DesiredState,
@@ -39,6 +42,12 @@ class Unreachable(AgentClientError):
     """No usable answer (connection, timeout, 5xx, malformed body). Retry with backoff."""
 
 
+class Untrusted(Unreachable):
+    """The server's TLS certificate did not verify against the CA the agent trusts. Retried
+    like any unanswered call (the server's certificate may be replaced); the message says
+    how to give the agent the right CA."""
+
+
 class Refused(AgentClientError):
     """A 4xx other than 409: the server's ``error`` and ``problems`` say why."""
 
@@ -48,6 +57,12 @@ class Refused(AgentClientError):
         self.problems = problems
         detail = "; ".join(problems)
         super().__init__(f"{status} {error}" + (f": {detail}" if detail else ""))
+
+
+async def _chunks(f: BinaryIO, size: int = 1 << 20) -> AsyncIterator[bytes]:
+    """``f``'s bytes in chunks, for a streamed upload."""
+    while chunk := f.read(size):
+        yield chunk
 
 
 class Backoff:
@@ -66,7 +81,9 @@ class Backoff:
 
 class ServerClient:
     """Calls ``/v1/agents/...`` on ``base_url`` with ``Authorization: Bearer <token>``.
-    ``transport`` lets tests substitute httpx's mock transport."""
+    An https server's certificate is verified against the CA bundle ``ca`` (a PEM file)
+    when given, else against the system's trusted CAs; a ``ca`` that cannot be loaded raises
+    ``boltforge.tls.BadCA``. ``transport`` lets tests substitute httpx's mock transport."""
 
     def __init__(
         self,
@@ -74,13 +91,16 @@ class ServerClient:
         token: str,
         timeout_s: float = 10.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        ca: str | Path | None = None,
     ) -> None:
         self.timeout_s = timeout_s
+        self.base_url = base_url.rstrip("/")
         self._http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"),
+            base_url=self.base_url,
             headers={"Authorization": f"Bearer {token}"},
             timeout=timeout_s,
             transport=transport,
+            verify=verify_with(ca),
         )
 
     async def register(self, body: Registration) -> Lease:
@@ -96,6 +116,23 @@ class ServerClient:
 
     async def report(self, node: str, body: AgentReport) -> ReportReply:
         return await self._call("POST", _node(node, "report"), ReportReply, body)
+
+    async def upload_artifact(
+        self, node: str, replica: str, name: str, path: Path, sha256: str
+    ) -> None:
+        """Send file ``path`` as artifact ``name`` of ``replica`` (``X-Sha256``), streamed.
+        Raises ``Refused`` when the server will never keep it, ``Unreachable`` otherwise."""
+        url = f"{_node(node, 'artifacts')}/{quote(replica, safe='')}/{quote(name)}"
+        headers = {"X-Sha256": sha256, "Content-Type": "application/octet-stream"}
+        try:
+            with path.open("rb") as f:
+                r = await self._http.put(url, content=_chunks(f), headers=headers, timeout=None)
+        except (httpx.HTTPError, OSError) as e:
+            raise Unreachable(f"artifact upload: {e}") from None
+        if r.status_code >= 500:
+            raise Unreachable(f"artifact upload: {r.status_code}")
+        if r.status_code >= 400:
+            raise Refused(r.status_code, r.text[:300], [])
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -118,7 +155,7 @@ class ServerClient:
                 method, path, content=content, headers=headers, timeout=timeout
             )
         except httpx.HTTPError as e:
-            raise Unreachable(f"{method} {path}: {type(e).__name__} {e}".strip()) from e
+            raise self._unanswered(f"{method} {path}", e) from e
         _raise_for(reply)
         try:
             return model.model_validate_json(reply.content)
@@ -126,6 +163,17 @@ class ServerClient:
             raise Unreachable(
                 f"{method} {path}: unexpected reply ({e.error_count()} errors)"
             ) from e
+
+    def _unanswered(self, what: str, error: httpx.HTTPError) -> Unreachable:
+        """``Untrusted`` when the server's certificate did not verify, else ``Unreachable``."""
+        problem = certificate_problem(error)
+        if problem:
+            return Untrusted(
+                f"{what}: cannot verify the TLS certificate of {self.base_url}: {problem}. "
+                "To fix: start the agent with --ca and the CA certificate that signed it "
+                "(or set BOLT_CA)"
+            )
+        return Unreachable(f"{what}: {type(error).__name__} {error}".strip())
 
 
 def _node(node: str, what: str) -> str:

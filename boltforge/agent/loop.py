@@ -29,6 +29,7 @@ from typing import Any
 
 from boltforge import __version__
 from boltforge.agent.activity import sample_gpus
+from boltforge.agent.artifacts import SPOOL, send_spooled
 from boltforge.agent.cleanup import LEFTOVER_GRACE_S
 from boltforge.agent.client import (
     AgentClientError,
@@ -57,6 +58,7 @@ log = logging.getLogger("boltforge.agent")
 EXIT_OK = 0
 EXIT_REFUSED = 2
 FENCE_LATE_S = 1.0
+ARTIFACT_POLL_S = 1.0
 
 
 class Agent:
@@ -131,6 +133,7 @@ class Agent:
             "converge": self._converge_loop,
             "monitor": self._monitor,
             "reports": self._send_reports,
+            "artifacts": self._send_artifacts,
         }
 
     async def _shutdown(self, loops: dict[str, asyncio.Task[None]]) -> None:
@@ -316,6 +319,30 @@ class Agent:
         self.runtime.stop_all(0 if late else None)
         if self.session is not None:
             self._lose(self.session)
+
+    # 6. artifacts
+
+    async def _send_artifacts(self) -> None:
+        """Send the spooled outputs of ended replicas (``artifacts``), while registered."""
+        spool = self.runtime.work_dir / SPOOL
+        while True:
+            await asyncio.sleep(ARTIFACT_POLL_S)
+            if self.session is not None and spool.is_dir() and any(spool.iterdir()):
+                await send_spooled(spool, self._send_artifact)
+
+    async def _send_artifact(self, replica: str, name: str, path: Path, sha256: str) -> bool:
+        """One spooled file to the server: True once it is kept or refused for good."""
+        session = self.session
+        if session is None:
+            return False
+        try:
+            await self.client.upload_artifact(session.node, replica, name, path, sha256)
+        except Refused as e:
+            log.warning("artifact %s of replica %s refused: %s; dropped", name, replica, e)
+        except AgentClientError as e:
+            log.info("artifact %s of replica %s not sent yet: %s", name, replica, e)
+            return False
+        return True
 
     # 5. reports
 

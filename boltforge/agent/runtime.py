@@ -21,6 +21,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
+from boltforge.agent.artifacts import SPOOL, Roots, collect
 from boltforge.agent.cleanup import (
     LEFTOVER_GRACE_S,
     Cleanup,
@@ -30,6 +31,8 @@ from boltforge.agent.cleanup import (
     remove_shm,
 )
 from boltforge.agent.containers import (
+    CHECKPOINT,
+    SCRATCH,
     ContainerFiles,
     Engine,
     container_env,
@@ -310,8 +313,10 @@ class AgentRuntime:
     ) -> None:
         """Once nothing of ``replica`` runs: remove its shared memory files (its prefix's,
         and ``held``, those its processes had open), then run the epilogs, with
-        ``BOLT_EXIT_CODE`` unless ``code`` is unknown (None). Notes both in ``done``. A
-        container is removed first, with its scratch directory and env file."""
+        ``BOLT_EXIT_CODE`` unless ``code`` is unknown (None). Notes both in ``done``. First
+        its declared outputs go to the artifact spool (``artifacts.collect``), then a
+        container is removed, with its scratch directory and env file."""
+        done.outputs = collect(replica.spec, self._roots(replica), self.work_dir / SPOOL)
         if replica.spec.image and self.engine is not None:
             await self.engine.remove(container_name(replica.spec))
             remove_files(_container_files(replica))
@@ -324,6 +329,14 @@ class AgentRuntime:
             env["BOLT_EXIT_CODE"] = str(code)
         results = await run_scripts(self.hooks.epilogs, env, self.hooks.timeout_s)
         done.epilog = next((r.evidence for r in results if not r.ok), "")
+
+    def _roots(self, replica: Replica) -> Roots:
+        """Where ``replica``'s declared outputs are on this host."""
+        spec = replica.spec
+        if spec.image and self.engine is not None:
+            mounts = {SCRATCH: replica.paths.scratch, CHECKPOINT: replica.paths.checkpoint}
+            return Roots(mounts, spec.cwd or SCRATCH, container=True)
+        return Roots({}, spec.cwd or os.getcwd(), container=False)
 
     # replicas left running by a previous run of the agent
 

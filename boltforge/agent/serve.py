@@ -35,13 +35,15 @@ def serve(
     hooks: NodeHooks | None = None,
     leftover_grace_s: float = LEFTOVER_GRACE_S,
     engine: Engine | None = None,
+    ca: Path | None = None,
 ) -> int:
     """Run the agent for ``inventory`` against ``server`` until SIGTERM or SIGINT, which stop
     the replicas gracefully and return 0; 2 when the server refuses the node. ``hooks``: the
     prolog and epilog scripts run around each replica. ``leftover_grace_s``: the longest
     checkpoint grace for the replicas a killed run of the agent left running, which are
     ended before it registers. ``engine``: the container engine for replicas with an image
-    (None: they fail to start here)."""
+    (None: they fail to start here). ``ca``: the CA bundle an https server's certificate is
+    verified against (None: the system's trusted CAs)."""
     if not logging.getLogger().handlers:
         logging.basicConfig(
             stream=sys.stderr,
@@ -50,7 +52,9 @@ def serve(
         )
         logging.getLogger("httpx").setLevel(logging.WARNING)
     work_dir.mkdir(parents=True, exist_ok=True)
-    return asyncio.run(_serve(server, token, inventory, work_dir, hooks, leftover_grace_s, engine))
+    return asyncio.run(
+        _serve(server, token, inventory, work_dir, hooks, leftover_grace_s, engine, ca)
+    )
 
 
 async def _serve(
@@ -61,8 +65,9 @@ async def _serve(
     hooks: NodeHooks | None,
     leftover_grace_s: float,
     engine: Engine | None,
+    ca: Path | None,
 ) -> int:
-    client = ServerClient(server, token)
+    client = ServerClient(server, token, ca=ca)
     agent = Agent(
         client, inventory, work_dir, hooks=hooks, leftover_grace_s=leftover_grace_s, engine=engine
     )

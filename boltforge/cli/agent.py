@@ -80,6 +80,16 @@ def agent_command(
             "start on this node; replicas without an image run as processes either way.",
         ),
     ] = Runtime.PROCESS,
+    ca: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="BOLT_CA",
+            metavar="PATH",
+            help="CA certificate(s) (PEM) to verify an https server's certificate with; "
+            "default: the system's trusted CAs.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run the node agent: register this node, run the replicas the server assigns to it and
     report their output, progress and exit.
@@ -91,7 +101,8 @@ def agent_command(
     kill) and exits 0. Started again after it was killed (SIGKILL, a crash), it first ends
     the replicas it left running (checkpoint signal, grace, kill): their jobs requeue and
     resume from their last checkpoint. Exits 2 on a bad inventory, prolog or epilog path, a
-    missing token or container engine, or when the server refuses the node.
+    missing token or container engine, a --ca file with no CA certificate, or when the
+    server refuses the node.
     """
     from boltforge.agent.inventory import detect
     from boltforge.agent.serve import default_work_dir, serve
@@ -104,10 +115,11 @@ def agent_command(
         raise typer.Exit(EXIT_BAD_INPUT)
     hooks = _hooks(prolog or [], epilog or [], hook_timeout)
     engine = _engine(runtime)
+    _check_ca(ca)
     with spec_errors():
         node = detect(inventory, name)
     work = work_dir or default_work_dir(node.name)
-    raise typer.Exit(serve(server, token, node, work, hooks, leftover_grace, engine))
+    raise typer.Exit(serve(server, token, node, work, hooks, leftover_grace, engine, ca))
 
 
 def _engine(runtime: Runtime) -> Engine | None:
@@ -121,6 +133,24 @@ def _engine(runtime: Runtime) -> Engine | None:
         return Engine.find(runtime.value)
     except EngineMissing as e:
         errors.print(f"[bold red]error[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+
+
+def _check_ca(ca: Path | None) -> None:
+    """Exits 2 naming --ca when ``ca`` is given and holds no CA certificate."""
+    from boltforge.tls import BadCA, client_context
+
+    if ca is None:
+        return
+    try:
+        client_context(ca)
+    except BadCA as e:
+        errors.print(
+            f"[bold red]error[/] --ca {escape(str(e))}. To fix: pass the PEM file of the CA "
+            "that signed the server's certificate",
+            highlight=False,
+            soft_wrap=True,
+        )
         raise typer.Exit(EXIT_BAD_INPUT) from None
 
 

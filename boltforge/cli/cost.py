@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from boltforge.cli.common import console, print_json
-from boltforge.cli.remote import JsonOpt, ServerOpt, TokenOpt, api_errors, cell, connect
+from boltforge.cli.remote import CaOpt, JsonOpt, ServerOpt, TokenOpt, api_errors, cell, connect
 from boltforge.wire.cost import BudgetOut, CostReply, CostRow, SavingsOut
 
 CSV_COLUMNS = (
@@ -27,6 +27,8 @@ CSV_COLUMNS = (
     "dollars",
     "productive_gpu_hours",
     "productive_dollars",
+    "vcpu_hours",
+    "productive_vcpu_hours",
 )
 
 
@@ -47,10 +49,13 @@ def cost_command(
     json: JsonOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
+    ca: CaOpt = None,
 ) -> None:
-    """Show what GPUs cost: allocated and productive GPU-hours and dollars.
+    """Show what GPUs and CPUs cost: allocated and productive GPU-hours, vCPU-hours and
+    dollars (the VCPU-H column appears when any job held CPUs).
 
-    Allocated is every GPU-hour a job held, at its pool's price; productive leaves out the
+    Allocated is every GPU-hour (and vCPU-hour) a job held, at its pool's prices; productive
+    leaves out the
     work a preemption, a lost node or a failure threw away (the time since the job's last
     checkpoint). A run that began before --since counts only its part inside the window.
     Members see their own team's projects and jobs; other teams appear as totals.
@@ -82,6 +87,8 @@ def write_csv(reply: CostReply) -> None:
                 f"{r.dollars:.6f}",
                 f"{r.productive_gpu_hours:.6f}",
                 f"{r.productive_dollars:.6f}",
+                f"{r.vcpu_hours:.6f}",
+                f"{r.productive_vcpu_hours:.6f}",
             ]
         )
 
@@ -116,15 +123,17 @@ def cost_table(reply: CostReply) -> Table:
         table.add_column(name, max_width=24 if name == "NAME" else 18)
     if reply.by != "job":
         table.add_column("JOBS", justify="right", no_wrap=True)
-    for name in ("GPU-H", "DOLLARS", "PROD GPU-H", "PROD $", "PROD"):
+    vcpus = reply.total.vcpu_hours > 0
+    for name in ("GPU-H", *(["VCPU-H"] if vcpus else []), "DOLLARS", "PROD GPU-H", "PROD $"):
         table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("PROD", justify="right", no_wrap=True)
     for r in reply.rows:
-        table.add_row(*_labels(r, reply.by), *_numbers(r, reply.by))
+        table.add_row(*_labels(r, reply.by), *_numbers(r, reply.by, vcpus))
     for r in reply.others:
-        table.add_row(*_other(r, reply.by), *_numbers(r, reply.by), style="dim")
+        table.add_row(*_other(r, reply.by), *_numbers(r, reply.by, vcpus), style="dim")
     table.add_section()
     blank = [""] * (len(labels) - 1)
-    table.add_row("TOTAL", *blank, *_numbers(reply.total, reply.by), style="bold")
+    table.add_row("TOTAL", *blank, *_numbers(reply.total, reply.by, vcpus), style="bold")
     return table
 
 
@@ -153,12 +162,15 @@ def _other(r: CostRow, by: str) -> list[Text | str]:
     return ["-", "(other team)", cell(r.team)]
 
 
-def _numbers(r: CostRow, by: str) -> list[str]:
+def _numbers(r: CostRow, by: str, vcpus: bool = False) -> list[str]:
     share = r.productive_gpu_hours / r.gpu_hours if r.gpu_hours > 0 else 1.0
+    if not r.gpu_hours and r.vcpu_hours > 0:  # CPUs only
+        share = r.productive_vcpu_hours / r.vcpu_hours
     jobs = [] if by == "job" else [str(r.jobs)]
     return [
         *jobs,
         f"{r.gpu_hours:,.1f}",
+        *([f"{r.vcpu_hours:,.1f}"] if vcpus else []),
         f"${r.dollars:,.2f}",
         f"{r.productive_gpu_hours:,.1f}",
         f"${r.productive_dollars:,.2f}",

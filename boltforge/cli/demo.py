@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -140,7 +141,7 @@ def run_demo(console: Console) -> int:
         console.print("interrupted", highlight=False)
     finally:
         if fleet is not None:
-            _stop(console, fleet)
+            stop_fleet(console, fleet)
         if ok:
             shutil.rmtree(root, ignore_errors=True)
         else:
@@ -160,7 +161,7 @@ def _start(console: Console, root: Path) -> LocalFleet:
     try:
         localfleet.wait_ready(fleet)
     except BaseException:
-        _stop(console, fleet)
+        stop_fleet(console, fleet)
         raise
     took = time.monotonic() - t0
     console.print(f"fleet up in {took:.1f} s: {HOSTS} nodes, {8 * HOSTS} GPUs", highlight=False)
@@ -204,14 +205,24 @@ def _summary(console: Console, demo: Demo) -> bool:
     return ok and demo.resumed_from is not None
 
 
-def _stop(console: Console, fleet: LocalFleet) -> None:
+def stop_fleet(console: Console, fleet: LocalFleet) -> None:
     t0 = time.monotonic()
     console.print("stopping the agents, then the server ...", highlight=False)
     localfleet.stop(fleet)
     console.print(f"fleet stopped in {time.monotonic() - t0:.1f} s", highlight=False)
 
 
-def demo_command() -> None:
+def demo_command(
+    forge: Annotated[
+        bool,
+        typer.Option(
+            "--forge",
+            help="Containers instead: a training container, a CPU batch job and a data "
+            "pipeline on GPU, CPU and storage nodes with their artifacts and the bill (needs "
+            "podman and deploy/images/build.sh; see docs/forge.md).",
+        ),
+    ] = False,
+) -> None:
     """Tell the end-to-end story on a 4-host fleet started for it.
 
     A low-priority training job runs; a high-priority one preempts it; it checkpoints,
@@ -220,4 +231,8 @@ def demo_command() -> None:
     """
     from boltforge.cli.common import console
 
+    if forge:
+        from boltforge.cli.forgedemo import run_forge_demo
+
+        raise typer.Exit(run_forge_demo(console))
     raise typer.Exit(run_demo(console))

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from boltforge.cli.common import console, print_json
 from boltforge.cli.remote import (
+    CaOpt,
     JsonOpt,
     ServerOpt,
     TokenOpt,
@@ -30,7 +31,11 @@ FOLLOW_POLL_S = 20.0
 
 
 def status_command(
-    job: JobArg, json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = None
+    job: JobArg,
+    json: JsonOpt = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    ca: CaOpt = None,
 ) -> None:
     """Show a job's state, where it runs, what it has cost so far, and its timeline."""
     with connect(server, token) as client, api_errors(job):
@@ -98,7 +103,11 @@ def placement_table(d: JobDetail) -> Table:
 
 
 def explain_command(
-    job: JobArg, json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = None
+    job: JobArg,
+    json: JsonOpt = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    ca: CaOpt = None,
 ) -> None:
     """Explain why a job runs where it does, or why it waits and when it should start."""
     with connect(server, token) as client, api_errors(job):
@@ -172,7 +181,9 @@ def _clock(at: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(at))
 
 
-def cancel_command(job: JobArg, server: ServerOpt = None, token: TokenOpt = None) -> None:
+def cancel_command(
+    job: JobArg, server: ServerOpt = None, token: TokenOpt = None, ca: CaOpt = None
+) -> None:
     """Cancel a job, or every live task of an array job.
 
     Each replica gets the checkpoint signal; its GPUs are freed once it exits.
@@ -208,6 +219,7 @@ def logs_command(
     ] = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
+    ca: CaOpt = None,
 ) -> None:
     """Print a job's output (every replica's, as it arrived); -f follows it to the end."""
     after = 0

@@ -17,8 +17,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from boltforge.client import ApiFailure, Client
+from boltforge.tls import Certificates, make_certificates
 
 PID_FILE = "up.json"
+TLS_DIR = "tls"  # the local CA and the server's certificate, with ``bolt up --tls``
 AGENT_STOP_S = 45.0  # replicas get their checkpoint grace (30 s in the examples), then a kill
 SERVER_STOP_S = 15.0
 # A 4-host fleet is too small for the production churn budget (5% of GPUs per 10 minutes)
@@ -41,6 +43,12 @@ class LocalFleet:
     hosts: int
     server: int = 0
     agents: list[int] = field(default_factory=list)
+    ca: str = ""  # the CA certificate that signed the server's (TLS only)
+    names: list[str] = field(default_factory=list)  # the agents' node names, as ``agents``
+
+    def node_names(self) -> list[str]:
+        """The agents' node names, in the order of ``agents``."""
+        return self.names or [f"host-{i}" for i in range(self.hosts)]
 
     @property
     def root(self) -> Path:
@@ -94,42 +102,76 @@ def inventory(i: int) -> str:
     )
 
 
-def start(data_dir: Path, hosts: int, port: int) -> LocalFleet:
+def start(
+    data_dir: Path,
+    hosts: int,
+    port: int,
+    tls: bool = False,
+    nodes: list[Node] | None = None,
+    server_args: tuple[str, ...] = (),
+) -> LocalFleet:
     """Start the server and ``hosts`` agents in the background (own sessions, so Ctrl-C in
     the terminal reaches only ``bolt up``, which stops them in order). Output goes to
-    ``data_dir/logs``. Raises ``FleetError`` when the port is taken."""
+    ``data_dir/logs``. With ``tls`` the server serves HTTPS with a certificate for 127.0.0.1
+    and localhost signed by a local CA in ``data_dir/tls`` (made there once, then reused),
+    and the agents verify it with that CA. ``nodes`` replaces the ``hosts`` H100 hosts with
+    these agents (inventory and extra ``bolt agent`` arguments); ``server_args`` are added to
+    ``bolt server``'s. Raises ``FleetError`` when the port is taken."""
     if port_taken(port):
         raise FleetError(f"port {port} is in use. To fix: pick another with --port")
     data_dir = data_dir.resolve()
     (data_dir / "logs").mkdir(parents=True, exist_ok=True)
+    certs = make_certificates(data_dir / TLS_DIR) if tls else None
+    scheme = "https" if certs else "http"
+    nodes = nodes or [Node(f"host-{i}", inventory(i)) for i in range(hosts)]
     fleet = LocalFleet(
-        str(data_dir), f"http://127.0.0.1:{port}", _token(), _token(), hosts, server=0
+        str(data_dir), f"{scheme}://127.0.0.1:{port}", _token(), _token(), len(nodes), server=0
     )
-    fleet.server = _spawn(data_dir / "logs" / "server.log", _server_args(fleet, port))
+    fleet.ca = str(certs.ca) if certs else ""
+    fleet.names = [n.name for n in nodes]
+    args = [*_server_args(fleet, port, certs), *server_args]
+    fleet.server = _spawn(data_dir / "logs" / "server.log", args)
     fleet.save()
-    for i in range(hosts):
-        path = data_dir / "nodes" / f"host-{i}.yaml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(inventory(i))
-        args = ["agent", "--server", fleet.url, "--token", fleet.agent_token]
-        args += ["--inventory", str(path), "--work-dir", str(data_dir / "agents" / f"host-{i}")]
-        fleet.agents.append(_spawn(data_dir / "logs" / f"host-{i}.log", args))
+    for node in nodes:
+        log = data_dir / "logs" / f"{node.name}.log"
+        fleet.agents.append(_spawn(log, _agent_args(fleet, node)))
         fleet.save()
     return fleet
+
+
+@dataclass(frozen=True)
+class Node:
+    """One local agent: its name, declared inventory (YAML) and extra ``bolt agent`` args."""
+
+    name: str
+    inventory: str
+    args: tuple[str, ...] = ()
+
+
+def _agent_args(fleet: LocalFleet, node: Node) -> list[str]:
+    """``node``'s ``bolt agent`` arguments, its inventory written under ``nodes/``."""
+    path = fleet.root / "nodes" / f"{node.name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(node.inventory)
+    args = ["agent", "--server", fleet.url, "--token", fleet.agent_token]
+    args += ["--inventory", str(path), "--work-dir", str(fleet.root / "agents" / node.name)]
+    return args + (["--ca", fleet.ca] if fleet.ca else []) + list(node.args)
 
 
 def _token() -> str:
     return "bf_" + secrets.token_urlsafe(24)
 
 
-def _server_args(fleet: LocalFleet, port: int) -> list[str]:
+def _server_args(fleet: LocalFleet, port: int, certs: Certificates | None) -> list[str]:
     root = fleet.root
+    tls = ["--tls-cert", str(certs.cert), "--tls-key", str(certs.key)] if certs else []
     return [
         "server",
         *("--db", f"sqlite:///{root / 'server.db'}", "--port", str(port)),
         *("--admin-token", fleet.admin_token, "--agent-token", fleet.agent_token),
         *("--checkpoint-root", str(root / "checkpoints")),
         *DEMO_PREEMPTION,
+        *tls,
     ]
 
 
@@ -153,9 +195,9 @@ def _spawn(log: Path, args: list[str]) -> int:
 def wait_ready(fleet: LocalFleet, timeout_s: float = 120.0) -> None:
     """Return once every host is registered and ready; raise ``FleetError`` (with the tail of
     the failing process's log) when a process exits or ``timeout_s`` passes."""
-    want = {f"host-{i}" for i in range(fleet.hosts)}
+    want = set(fleet.node_names())
     deadline = time.monotonic() + timeout_s
-    with Client(fleet.url, fleet.admin_token, timeout=5.0) as client:
+    with Client(fleet.url, fleet.admin_token, timeout=5.0, ca=fleet.ca or None) as client:
         while time.monotonic() < deadline:
             _check_processes(fleet)
             try:
@@ -173,7 +215,7 @@ def wait_ready(fleet: LocalFleet, timeout_s: float = 120.0) -> None:
 
 def _check_processes(fleet: LocalFleet) -> None:
     logs = fleet.root / "logs"
-    named = [("server", fleet.server), *((f"host-{i}", p) for i, p in enumerate(fleet.agents))]
+    named = [("server", fleet.server), *zip(fleet.node_names(), fleet.agents, strict=False)]
     for name, pid in named:
         if not ours(pid):
             tail = _tail(logs / f"{name}.log")

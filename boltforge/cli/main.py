@@ -28,6 +28,7 @@ class Bolt(LazyGroup):
         "explain": Lazy("boltforge.cli.jobs", "explain_command", JOBS),
         "cancel": Lazy("boltforge.cli.jobs", "cancel_command", JOBS),
         "logs": Lazy("boltforge.cli.jobs", "logs_command", JOBS),
+        "artifacts": Lazy("boltforge.cli.artifacts", "artifacts_command", JOBS),
         "cost": Lazy("boltforge.cli.cost", "cost_command", JOBS),
         "nodes": Lazy("boltforge.cli.nodes", "nodes_app", FLEET),
         "top": Lazy("boltforge.cli.top", "top_command", FLEET),

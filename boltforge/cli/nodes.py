@@ -16,6 +16,7 @@ from rich.text import Text
 
 from boltforge.cli.common import EXIT_BAD_INPUT, console, print_json
 from boltforge.cli.remote import (
+    CaOpt,
     JsonOpt,
     ServerOpt,
     TokenOpt,
@@ -56,7 +57,11 @@ class Target:
 
 @nodes_app.callback(invoke_without_command=True)
 def nodes_group(
-    ctx: typer.Context, json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = None
+    ctx: typer.Context,
+    json: JsonOpt = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    ca: CaOpt = None,
 ) -> None:
     """List the nodes: pool, pod and rack, GPUs in use, state and the jobs on each. The
     subcommands cordon, drain and uncordon take a node out of service and back, and reclaim
@@ -67,7 +72,9 @@ def nodes_group(
 
 
 @nodes_app.command("list")
-def list_command(json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = None) -> None:
+def list_command(
+    json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = None, ca: CaOpt = None
+) -> None:
     """List the nodes (the same as `bolt nodes`)."""
     nodes_command(json, server, token)
 
@@ -79,6 +86,7 @@ def cordon_command(
     json: JsonOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
+    ca: CaOpt = None,
 ) -> None:
     """Give NODE no new work; the jobs on it keep running."""
     out = _call(ctx, server, token, "cordon", lambda c: c.cordon(node))
@@ -92,6 +100,7 @@ def drain_command(
     json: JsonOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
+    ca: CaOpt = None,
 ) -> None:
     """Cordon NODE and move its jobs elsewhere at their next checkpoint.
 
@@ -111,6 +120,7 @@ def reclaim_command(
     json: JsonOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
+    ca: CaOpt = None,
 ) -> None:
     """Pass on a spot reclaim notice: NODE goes away --in this long.
 
@@ -150,6 +160,7 @@ def uncordon_command(
     json: JsonOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
+    ca: CaOpt = None,
 ) -> None:
     """Return a cordoned or drained NODE to service."""
     out = _call(ctx, server, token, "uncordon", lambda c: c.uncordon(node))

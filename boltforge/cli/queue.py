@@ -11,7 +11,17 @@ import typer
 from rich.table import Table
 
 from boltforge.cli.common import console, print_json
-from boltforge.cli.remote import JsonOpt, ServerOpt, TokenOpt, ago, api_errors, cell, connect, until
+from boltforge.cli.remote import (
+    CaOpt,
+    JsonOpt,
+    ServerOpt,
+    TokenOpt,
+    ago,
+    api_errors,
+    cell,
+    connect,
+    until,
+)
 from boltforge.ranges import ranges
 from boltforge.wire.jobs import TERMINAL, JobList, JobState, JobSummary, TeamLoad
 
@@ -39,6 +49,7 @@ def queue_command(
     json: JsonOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
+    ca: CaOpt = None,
 ) -> None:
     """List jobs in queue order, like squeue.
 

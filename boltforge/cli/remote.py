@@ -1,9 +1,10 @@
-"""Plumbing shared by the commands that talk to a server: the --server/--token options,
+"""Plumbing shared by the commands that talk to a server: the --server/--token/--ca options,
 connecting, turning refusals into one-line errors and exit codes, and short time text."""
 
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,9 +12,10 @@ from typing import Annotated, NoReturn
 
 import typer
 from rich.text import Text
+from typer._click.globals import get_current_context
 
 from boltforge.cli.common import EXIT_BAD_INPUT, errors
-from boltforge.client import ApiFailure, Client, resolve
+from boltforge.client import ApiFailure, Client, resolve, resolve_ca
 
 EXIT_REFUSED = 1
 
@@ -34,6 +36,27 @@ TokenOpt = Annotated[
         show_default=False,
     ),
 ]
+CA_KEY = "boltforge.ca"  # where --ca leaves its value in the click context's meta
+
+
+def _given_ca(ctx: typer.Context, value: str | None) -> None:
+    """Keep a --ca given on a command or on its group for ``connect``."""
+    if value:
+        ctx.meta[CA_KEY] = value
+
+
+CaOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--ca",
+        metavar="PATH",
+        help="CA certificate(s) (PEM) to verify an https server with (default: BOLT_CA, "
+        "then the CA `bolt up --tls` saved, then the system's trusted CAs).",
+        show_default=False,
+        expose_value=False,  # it reaches `connect` through the click context
+        callback=_given_ca,
+    ),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 
@@ -44,7 +67,9 @@ def fail(message: str, code: int = EXIT_REFUSED) -> NoReturn:
 
 
 def connect(server: str | None, token: str | None) -> Client:
-    """A client for the resolved server and token; exits 2 when there is no token at all."""
+    """A client for the resolved server, token and CA bundle (``--ca`` on the command that
+    runs, see ``CaOpt``, else ``client.resolve_ca``); exits 2 when there is no token at all
+    or the CA bundle cannot be loaded."""
     url, tok = resolve(server, token)
     if not tok:
         fail(
@@ -52,7 +77,27 @@ def connect(server: str | None, token: str | None) -> Client:
             "with `bolt up`",
             EXIT_BAD_INPUT,
         )
-    return Client(url, tok)
+    given = _ca_given()
+    ca = resolve_ca(url, given)
+    if ca is None:
+        return Client(url, tok)
+    from boltforge.tls import BadCA  # loads cryptography: only for those who use TLS
+
+    try:
+        return Client(url, tok, ca=ca)
+    except BadCA as e:
+        source = "--ca" if given else "BOLT_CA" if os.environ.get("BOLT_CA") else "saved CA"
+        fail(
+            f"{source} {e}. To fix: pass --ca (or set BOLT_CA) to the PEM file of the CA "
+            "that signed the server's certificate",
+            EXIT_BAD_INPUT,
+        )
+
+
+def _ca_given() -> str | None:
+    """The --ca of the command that runs, when one was given."""
+    ctx = get_current_context(silent=True)
+    return ctx.meta.get(CA_KEY) if ctx is not None else None
 
 
 @contextmanager

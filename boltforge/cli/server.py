@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import ssl
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from platformdirs import user_data_dir
+from rich.markup import escape
 from sqlalchemy import select
 
 from boltforge.cli.common import errors, spec_errors
@@ -126,6 +128,13 @@ def server_command(
             "--require-digest", help="Accept only images pinned by digest (NAME@sha256:...)."
         ),
     ] = False,
+    artifacts_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where jobs' artifacts (their declared `outputs`) are kept; default: "
+            "`artifacts` beside the checkpoint root. See docs/forge.md.",
+        ),
+    ] = None,
     reports: Annotated[
         Path | None,
         typer.Option(
@@ -177,12 +186,30 @@ def server_command(
             "bucket's size; 0: one second's worth; at least 1 either way).",
         ),
     ] = 0.0,
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="PATH",
+            help="Serve HTTPS with this certificate (PEM; the server's certificate first, then "
+            "any intermediate CA certificates). Needs --tls-key.",
+            show_default=False,
+        ),
+    ] = None,
+    tls_key: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="PATH",
+            help="The private key (PEM, not encrypted) of --tls-cert.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run the control plane: the HTTP API, the web console (at /console/), the store and
     the scheduling loop.
 
     On a store with no admin token yet (and none given), one is made, printed once and saved
-    in the data directory (admin-token, readable by you only).
+    in the data directory (admin-token, readable by you only). With --tls-cert and --tls-key
+    it serves HTTPS only; clients verify it with `--ca` (see docs/control-plane.md, TLS).
     """
     import uvicorn
 
@@ -191,6 +218,7 @@ def server_command(
     if policy not in POLICIES:
         errors.print(f"[bold red]error[/] --policy {policy!r}: known: {', '.join(POLICIES)}")
         raise typer.Exit(2)
+    certfile, keyfile = _tls(tls_cert, tls_key)
     health = _health(straggler_action, straggler_ratio, straggler_samples, progress_timeout)
     teams_spec = _with_images(_teams(teams), require_image, allowed_registry, require_digest)
     hold_s = _seconds("--recovery-hold", recovery_hold)
@@ -211,6 +239,7 @@ def server_command(
         teams=teams_spec,
         recovery_hold_s=hold_s,
         reports_dir=str(reports) if reports else None,
+        artifacts_dir=str(artifacts_dir) if artifacts_dir else None,
         max_in_flight_per_caller=max_in_flight_per_caller,
         max_in_flight=max_in_flight,
         max_in_flight_per_node=max_in_flight_per_node,
@@ -227,7 +256,55 @@ def server_command(
         loop="uvloop",
         http="httptools",
         timeout_graceful_shutdown=GRACEFUL_S,
+        ssl_certfile=certfile,
+        ssl_keyfile=keyfile,
     )
+
+
+def _tls(cert: Path | None, key: Path | None) -> tuple[str | None, str | None]:
+    """The certificate and key files to serve HTTPS with (None, None: plain HTTP); exits 2
+    naming the option when only one is given, a file is missing, or the key and the
+    certificate do not load as a pair."""
+    if cert is None and key is None:
+        return None, None
+    if cert is None or key is None:
+        given, missing = ("--tls-cert", "--tls-key") if key is None else ("--tls-key", "--tls-cert")
+        _tls_error(f"{given} needs {missing}. To fix: pass both, or neither to serve plain HTTP")
+    for option, path in (("--tls-cert", cert), ("--tls-key", key)):
+        if not path.is_file():
+            what = "not a file" if path.exists() else "no such file"
+            _tls_error(f"{option} {path}: {what}. To fix: pass the path of a PEM file")
+    _check_pair(cert, key)
+    return str(cert), str(key)
+
+
+def _check_pair(cert: Path, key: Path) -> None:
+    """Exits 2 naming the option unless ``cert`` holds a certificate and ``key`` its
+    private key, unencrypted (an encrypted one would make the server prompt for it)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_verify_locations(cafile=cert)
+    except (ssl.SSLError, OSError) as e:
+        reason = "no PEM certificate in it" if isinstance(e, ssl.SSLError) else e.strerror
+        _tls_error(f"--tls-cert {cert}: {reason}. To fix: pass the server's certificate (PEM)")
+    try:
+        context.load_cert_chain(cert, key, password=lambda: b"")
+    except (ssl.SSLError, OSError) as e:
+        if getattr(e, "reason", None) == "KEY_VALUES_MISMATCH":
+            _tls_error(
+                f"--tls-key {key} is not the key of --tls-cert {cert}. To fix: pass the key "
+                "the certificate was made for"
+            )
+        _tls_error(
+            f"--tls-key {key}: not an unencrypted PEM private key. To fix: pass the "
+            "certificate's private key (decrypt it with `openssl pkey -in KEY -out KEY.pem`)"
+        )
+
+
+def _tls_error(message: str) -> NoReturn:
+    """Print ``error: message`` (which names the option and the fix) and exit 2."""
+    errors.print(f"[bold red]error[/] {escape(message)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
 
 
 def _teams(path: Path | None) -> TeamsSpec:

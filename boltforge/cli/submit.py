@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from boltforge.cli.common import EXIT_BAD_INPUT, console, errors, print_json
 from boltforge.cli.queue import ALL_STATES
-from boltforge.cli.remote import JsonOpt, ServerOpt, TokenOpt, api_errors, connect, fail
+from boltforge.cli.remote import CaOpt, JsonOpt, ServerOpt, TokenOpt, api_errors, connect, fail
 from boltforge.cli.story import Story, describer
 from boltforge.client import Client
 from boltforge.wire.jobs import TERMINAL, JobDetail, SubmitReply, SubmitRequest
@@ -41,6 +41,7 @@ def submit_command(
     ] = None,
     server: ServerOpt = None,
     token: TokenOpt = None,
+    ca: CaOpt = None,
 ) -> None:
     """Submit a job (or an array job) and print its id.
 

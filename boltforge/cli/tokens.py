@@ -9,7 +9,7 @@ import typer
 from pydantic import ValidationError
 
 from boltforge.cli.common import EXIT_BAD_INPUT, console, print_json
-from boltforge.cli.remote import JsonOpt, ServerOpt, TokenOpt, api_errors, connect, fail
+from boltforge.cli.remote import CaOpt, JsonOpt, ServerOpt, TokenOpt, api_errors, connect, fail
 from boltforge.wire.jobs import TokenRequest
 
 token_app = typer.Typer(help="API tokens (admins).", no_args_is_help=True)
@@ -33,6 +33,7 @@ def create_command(
     json: JsonOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
+    ca: CaOpt = None,
 ) -> None:
     """Create a token. It is shown once: hand it over now (as BOLT_TOKEN)."""
     if role == TokenRole.member and not team:

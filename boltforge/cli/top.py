@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from boltforge.cli.common import console
-from boltforge.cli.remote import ServerOpt, TokenOpt, api_errors, connect, shorten
+from boltforge.cli.remote import CaOpt, ServerOpt, TokenOpt, api_errors, connect, shorten
 from boltforge.client import ApiFailure, Client
 from boltforge.wire.jobs import FleetOut, NodeOut
 
@@ -28,6 +28,7 @@ def top_command(
     once: Annotated[bool, typer.Option("--once", help="Print one frame and exit.")] = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
+    ca: CaOpt = None,
 ) -> None:
     """Watch the fleet live (Ctrl-C quits).
 

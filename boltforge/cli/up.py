@@ -37,6 +37,15 @@ def up_command(
     detach: Annotated[
         bool, typer.Option("--detach", help="Return once it is up; stop it with `bolt down`.")
     ] = False,
+    tls: Annotated[
+        bool,
+        typer.Option(
+            "--tls",
+            help="Serve HTTPS with a certificate for 127.0.0.1 and localhost signed by a "
+            "local CA made in DATA_DIR/tls (and reused next time); the agents and later "
+            "`bolt` commands verify the server with that CA.",
+        ),
+    ] = False,
 ) -> None:
     """Start a development fleet on this machine: a server and local agents.
 
@@ -48,21 +57,22 @@ def up_command(
     fleet the production defaults (a job is safe for its first 10 minutes, at most 5% of the
     GPUs preempted per 10 minutes) would never let one job preempt another.
 
-    Once every node is registered, the address and admin token are saved for later `bolt`
-    commands. It stays in the foreground until Ctrl-C (agents stop first, then the server),
-    or with --detach returns at once. Logs go to DATA_DIR/logs.
+    Once every node is registered, the address and admin token (with --tls, also the CA
+    certificate) are saved for later `bolt` commands. It stays in the foreground until
+    Ctrl-C (agents stop first, then the server), or with --detach returns at once. Logs go
+    to DATA_DIR/logs.
     """
     root = (data_dir or default_dir()).expanduser().resolve()
     running = LocalFleet.load(root)
     if running is not None and running.alive():
         fail(f"a fleet is already up in {root} ({running.url}). To fix: `bolt down` first")
     try:
-        fleet = localfleet.start(root, hosts, port)
+        fleet = localfleet.start(root, hosts, port, tls)
     except (FleetError, OSError) as e:
         fail(f"cannot start the fleet: {e}", EXIT_BAD_INPUT if isinstance(e, FleetError) else 1)
     _bring_up(fleet)
     if detach:
-        save_client_config(fleet.url, fleet.admin_token)
+        save_client_config(fleet.url, fleet.admin_token, fleet.ca)
         _print_usage(fleet, detach)
     else:
         _foreground(fleet)
@@ -82,10 +92,12 @@ def _bring_up(fleet: LocalFleet) -> None:
     console.print(f"[green]up[/] in {took:.1f} s: {fleet.hosts} node(s) ready", highlight=False)
 
 
-def save_client_config(url: str, token: str) -> None:
-    """Where later commands find the server and token (``client.resolve``), mode 0600."""
-    payload = json.dumps({"server": url, "token": token}, indent=2) + "\n"
-    localfleet.write_private(config_path(), payload)
+def save_client_config(url: str, token: str, ca: str = "") -> None:
+    """Where later commands find the server and token (``client.resolve``) and, when ``ca``
+    is given, the CA certificate they verify that server with (``client.resolve_ca``);
+    mode 0600."""
+    saved = {"server": url, "token": token} | ({"ca": ca} if ca else {})
+    localfleet.write_private(config_path(), json.dumps(saved, indent=2) + "\n")
 
 
 def _print_usage(fleet: LocalFleet, detach: bool) -> None:
@@ -94,6 +106,7 @@ def _print_usage(fleet: LocalFleet, detach: bool) -> None:
         f"fleet: {fleet.hosts} host(s), {gpus} x H100-80GB, server {fleet.url}",
         f"console: {fleet.url}/console/ (sign in with the admin token {fleet.admin_token})",
         f"logs: {fleet.root / 'logs'}",
+        *_tls_lines(fleet),
         f"saved the address and admin token in {config_path()}; try:",
         "  bolt submit examples/jobs/train-low.yaml --wait",
         "  bolt queue    bolt nodes    bolt top",
@@ -103,6 +116,16 @@ def _print_usage(fleet: LocalFleet, detach: bool) -> None:
         lines[-1] = f"stop it with `bolt down --data-dir {fleet.root}`"
     for line in lines:
         console.print(line, highlight=False, markup=False)
+
+
+def _tls_lines(fleet: LocalFleet) -> list[str]:
+    """What a TLS fleet's users need to know: the CA to trust (saved for `bolt` too)."""
+    if not fleet.ca:
+        return []
+    return [
+        f"tls: the server's certificate is signed by the local CA {fleet.ca}, saved for "
+        f"`bolt` with the address; other clients need --ca {fleet.ca} (or BOLT_CA)",
+    ]
 
 
 def _foreground(fleet: LocalFleet) -> None:
@@ -117,7 +140,7 @@ def _foreground(fleet: LocalFleet) -> None:
     code = 0
     try:
         _print_usage(fleet, detach=False)
-        save_client_config(fleet.url, fleet.admin_token)
+        save_client_config(fleet.url, fleet.admin_token, fleet.ca)
         while fleet.alive():
             time.sleep(0.5)
         console.print("[red]the server exited[/]; see its log", highlight=False)

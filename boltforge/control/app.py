@@ -15,7 +15,17 @@ from fastapi.telemetry import TelemetryConfig
 
 from boltforge import __version__
 from boltforge import console as web
-from boltforge.control.api import admin, agents, console, cost, errors, jobs, nodes, stream
+from boltforge.control.api import (
+    admin,
+    agents,
+    artifacts,
+    console,
+    cost,
+    errors,
+    jobs,
+    nodes,
+    stream,
+)
 from boltforge.control.api.headers import AskedGZip
 from boltforge.control.api.overload import install as install_overload
 from boltforge.control.runtime import Runtime, ServerConfig
@@ -62,7 +72,7 @@ def create_app(config: ServerConfig, clock: Callable[[], float] = time.time) -> 
     errors.install(app)
     app.add_middleware(AskedGZip, minimum_size=GZIP_MIN_BYTES)  # not event streams
     install_overload(app, rt)  # outermost: sheds a flood before anything is read
-    for module in (jobs, agents, nodes, admin, cost, console, stream):
+    for module in (jobs, agents, artifacts, nodes, admin, cost, console, stream):
         app.include_router(module.router)
     metrics.install(app, rt)  # GET /metrics: unauthenticated, aggregates only
     web.install(app)  # GET /console/: static files, no data without a token

@@ -6,10 +6,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sqlalchemy import select
 
 from boltforge.control.auth import Caller, create_token, digest
+from boltforge.control.jobs.artifacts import ArtifactStore
 from boltforge.control.jobs.intake import Intake
 from boltforge.control.nodes.agents import LeaseTerms, extend_leases
 from boltforge.control.nodes.feed import Feed
@@ -41,6 +43,8 @@ class ServerConfig:
     long a job that lost a host keeps its healthy hosts' GPUs for its restart. ``teams``: the
     teams file, whose quotas and lending rules the scheduler applies (None: no quotas).
     ``reports_dir``: where the console finds ``bolt simulate --report`` folders (None: none).
+    ``artifacts_dir``: where jobs' artifacts are kept (None: ``artifacts`` beside the
+    checkpoint root).
     ``sample_every_s``: how often the console's utilization history takes a sample.
     ``overlap``: full passes are planned in a thread of their own while arrivals, reports
     and heartbeats go on, and applied when done, keeping the decisions that still hold
@@ -60,6 +64,7 @@ class ServerConfig:
     recovery_hold_s: float = 60.0
     teams: TeamsSpec | None = None
     reports_dir: str | None = None
+    artifacts_dir: str | None = None
     sample_every_s: float = 5.0
     overlap: bool = True
     # Overload limits (boltforge/control/api/overload.py; 0 turns one off): people's requests
@@ -99,6 +104,10 @@ class Runtime:
             overlap=config.overlap,
         )
         self.intake = Intake(self.db, self.mirror.add_jobs)
+        beside = Path(config.checkpoint_root).parent / "artifacts"
+        self.artifacts = ArtifactStore(
+            Path(config.artifacts_dir) if config.artifacts_dir else beside
+        )
         self.agent_writes = Batcher(self.db, self.scheduler.lock, "agent-writes", read_ahead)
         self.feed = Feed(self.agent_writes, self.scheduler, config.terms)
         self._tokens: dict[str, Caller] = {}

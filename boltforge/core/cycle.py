@@ -372,7 +372,7 @@ def _blocked_hosts(p: _Pass, job: Job) -> frozenset[int]:
 
 def _shape(gang: Gang, blocked: frozenset[int]) -> tuple[object, ...]:
     roles = tuple(
-        (r.replicas, r.gpus, r.tensor_parallel, r.capability, r.cpus, r.memory_gb)
+        (r.replicas, r.gpus, r.tensor_parallel, r.capability, r.cpus, r.memory_gb, r.storage_gb)
         for r in gang.roles
     )
     return (roles, gang.topology, gang.priority, blocked)  # class: what it may preempt

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -70,10 +70,19 @@ class ReclaimSpec(_Strict):
     back_after: Duration = 7200.0
 
 
+NodeClass = Literal["gpu", "cpu", "storage"]
+
+
 class PoolSpec(_Strict):
-    """One node pool. ``nvlink_island`` is GPUs per NVLink domain (1 means PCIe only)."""
+    """One node pool. ``nvlink_island`` is GPUs per NVLink domain (1 means PCIe only).
+    ``class`` is what its hosts are for (gpu, cpu or storage; by default gpu with GPUs, cpu
+    without); a storage pool declares its hosts' local ``storage_gb`` and ``storage_gbps``.
+    ``price_per_vcpu_hour`` prices the CPUs jobs hold there."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,40}$")
+    node_class: NodeClass | None = Field(None, alias="class")
     gpu: str = ""
     gpu_memory_gb: float = Field(0, ge=0)
     gpus_per_host: int = Field(8, ge=0, le=64)
@@ -83,6 +92,9 @@ class PoolSpec(_Strict):
     rails: int | None = Field(None, ge=1)
     tier: Tier = Tier.ON_DEMAND
     price_per_gpu_hour: float = Field(0.0, ge=0)
+    price_per_vcpu_hour: float = Field(0.0, ge=0)
+    storage_gb: float = Field(0.0, ge=0)
+    storage_gbps: float = Field(0.0, ge=0)
     layout: Layout = Layout()
     reclaim: ReclaimSpec | None = None
 
@@ -93,6 +105,7 @@ class PoolSpec(_Strict):
                 f"pool {self.name}: `reclaim` is only for spot pools (tier is {self.tier}). "
                 "To fix: set `tier: spot` or remove `reclaim`"
             )
+        _check_class(self.name, self.node_class, self.gpus_per_host, self.storage_gb)
         if self.gpus_per_host == 0:
             return self
         if not self.gpu:
@@ -129,6 +142,28 @@ class PoolSpec(_Strict):
             rails=self.rails or max(self.gpus_per_host, 1),
             tier=self.tier,
             price_per_gpu_hour=self.price_per_gpu_hour,
+            node_class=self.node_class or "",
+            storage_gb=self.storage_gb,
+            storage_gbps=self.storage_gbps,
+            price_per_vcpu_hour=self.price_per_vcpu_hour,
+        )
+
+
+def _check_class(pool: str, node_class: str | None, gpus: int, storage_gb: float) -> None:
+    """Raise ``ValueError`` (with the fix) when a pool's class contradicts its hardware."""
+    if node_class == "gpu" and gpus == 0:
+        raise ValueError(
+            f"pool {pool} is class gpu with no GPUs. To fix: set gpus_per_host or `class: cpu`"
+        )
+    if node_class == "storage" and storage_gb <= 0:
+        raise ValueError(
+            f"pool {pool} is class storage with no local storage. To fix: add e.g. "
+            "`storage_gb: 30000` (and `storage_gbps`)"
+        )
+    if node_class in ("cpu", "storage") and gpus:
+        raise ValueError(
+            f"pool {pool} is class {node_class} but has {gpus} GPUs per host. To fix: set "
+            "`gpus_per_host: 0` or `class: gpu`"
         )
 
 

@@ -116,6 +116,7 @@ class RoleSpec(_Strict):
     gpus: int = Field(0, ge=0, le=64, description="GPUs per replica (one host each)")
     cpus: float = Field(0, ge=0)
     memory_gb: float = Field(0, ge=0)
+    storage_gb: float = Field(0, ge=0, description="local storage per replica (storage nodes)")
     gpu: Annotated[GpuNeed, BeforeValidator(_gpu_field)] = GpuNeed()
     min_gpu_memory_gb: float = Field(0, ge=0)
     parallelism: Parallelism = Parallelism()
@@ -153,6 +154,7 @@ class JobSpec(_Strict):
     per_node: int | None = Field(None, ge=1, le=64)
     cpus: float = Field(0, ge=0)
     memory_gb: float = Field(0, ge=0)
+    storage_gb: float = Field(0, ge=0, description="local storage per replica (storage nodes)")
     gpu: Annotated[GpuNeed, BeforeValidator(_gpu_field)] = GpuNeed()
     min_gpu_memory_gb: float = Field(0, ge=0)
     parallelism: Parallelism = Parallelism()
@@ -176,6 +178,22 @@ class JobSpec(_Strict):
     image: str | None = None
     workdir: str | None = Field(None, max_length=4096)
     env: dict[str, str] = {}
+    outputs: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
+        [],
+        max_length=64,
+        description="files or directories collected after each replica as artifacts "
+        "(a container's under /scratch or /bolt/checkpoint; a process's under its workdir)",
+    )
+
+    @field_validator("outputs")
+    @classmethod
+    def _outputs(cls, value: list[str]) -> list[str]:
+        for path in value:
+            if ".." in path.split("/"):
+                raise ValueError(
+                    f"{path!r} leaves its directory. To fix: name a path under it, without .."
+                )
+        return value
 
     @field_validator("gpus")
     @classmethod
@@ -208,8 +226,11 @@ class JobSpec(_Strict):
                 "give either `roles` or the one-role `gpus`, not both. "
                 "To fix: move the GPUs into a role"
             )
-        if not self.roles and self.gpus is None and not self.cpus:
-            raise ValueError("the job asks for nothing. To fix: add `gpus: 8` (or `roles`)")
+        if not self.roles and self.gpus is None and not (self.cpus or self.storage_gb):
+            raise ValueError(
+                "the job asks for nothing. To fix: add `gpus: 8`, `cpus: 4` or `storage_gb` "
+                "(or `roles`)"
+            )
         if self.elastic and self.elastic.min > self.elastic.max:
             raise ValueError("elastic.min is above elastic.max. To fix: swap them")
         return self

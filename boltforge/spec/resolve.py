@@ -95,6 +95,7 @@ def _role(
         r.parallelism.tensor,
         r.parallelism.pipeline,
         r.parallelism.data,
+        storage_gb=r.storage_gb,
     )
 
 
@@ -136,6 +137,7 @@ def _single_role(spec: JobSpec, tree: TopologyTree, problems: list[Problem]) -> 
         p.tensor,
         p.pipeline,
         p.data,
+        storage_gb=spec.storage_gb,
     )
 
 

@@ -2,10 +2,11 @@
 systemd and no registry, and the example workload image built locally
 (``deploy/images/build.sh``).
 
-``containers_conf`` writes the engine configuration these hosts need (runc, no default
-network, file and process ulimits the engine can set) and returns the environment that points
-podman at it; ``engine_problem`` says why the engine cannot be used here (None when it can);
-``build_train_image`` builds ``TRAIN_IMAGE`` once per host (the Debian root is cached).
+``containers_conf`` copies the engine configuration these hosts need
+(``deploy/images/containers.conf``: runc, no default network, ulimits the engine can set)
+and returns the environment that points podman at it; ``engine_problem`` says why the engine
+cannot be used here (None when it can); ``build_train_image`` builds ``TRAIN_IMAGE`` (the
+Debian root is cached per host).
 """
 
 from __future__ import annotations
@@ -18,19 +19,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "deploy" / "images" / "build.sh"
 TRAIN_IMAGE = "localhost/boltforge-train:latest"
-CONF = """[containers]
-default_ulimits = ["nofile=1024:1024", "nproc=4096:4096"]
-netns = "none"
-[engine]
-runtime = "runc"
-"""
+CONF = ROOT / "deploy" / "images" / "containers.conf"
 
 
 def containers_conf(folder: Path) -> dict[str, str]:
-    """Write podman's configuration under ``folder``; the environment that selects it."""
+    """Copy podman's configuration for these hosts (``deploy/images/containers.conf``) under
+    ``folder``; the environment that selects it."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "containers.conf"
-    path.write_text(CONF)
+    path.write_text(CONF.read_text())
     return {"CONTAINERS_CONF": str(path)}
 
 

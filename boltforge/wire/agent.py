@@ -23,7 +23,10 @@ class _Wire(BaseModel):
 class Inventory(_Wire):
     """What a node has and where it sits. GPUs come from NVML where present (``source:
     nvml``), else from a declared inventory file (``declared``), so any machine can stand in
-    for a GPU host. ``address`` is where the node's peers reach it (``MASTER_ADDR``)."""
+    for a GPU host. ``address`` is where the node's peers reach it (``MASTER_ADDR``).
+    ``node_class`` (gpu, cpu or storage; by default by its GPUs), ``storage_gb`` and
+    ``storage_gbps`` (a storage node's local capacity) and ``price_per_vcpu_hour`` are its
+    pool's, as in the fleet spec."""
 
     name: str = Field(pattern=NAME)
     pool: str = Field("default", pattern=NAME)
@@ -38,6 +41,10 @@ class Inventory(_Wire):
     rack: str = Field("rack0", pattern=NAME)
     tier: Literal["reserved", "on-demand", "spot"] = "reserved"
     price_per_gpu_hour: float = Field(0, ge=0)
+    price_per_vcpu_hour: float = Field(0, ge=0)
+    node_class: Literal["gpu", "cpu", "storage"] | None = None
+    storage_gb: float = Field(0, ge=0)
+    storage_gbps: float = Field(0, ge=0)
     address: str = "127.0.0.1"
     source: Literal["nvml", "declared"] = "declared"
 
@@ -101,7 +108,8 @@ class ReplicaSpec(_Wire):
     then kill after ``grace_s``). ``gpus`` are the node's GPU indices; the agent maps them to
     ``CUDA_VISIBLE_DEVICES``. ``env`` holds the rank variables a distributed job expects.
     ``image``: run it as a container of that image (``agent/containers.py``), limited to
-    ``cpus`` and ``memory_gb`` where they are above 0."""
+    ``cpus`` and ``memory_gb`` where they are above 0. ``outputs``: the paths collected after
+    it as the job's artifacts (``agent/artifacts.py``)."""
 
     replica: str
     job: str
@@ -116,6 +124,7 @@ class ReplicaSpec(_Wire):
     image: str | None = None
     cpus: float = Field(0, ge=0)
     memory_gb: float = Field(0, ge=0)
+    outputs: list[str] = []
 
 
 class DesiredState(_Wire):

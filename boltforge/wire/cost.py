@@ -15,7 +15,8 @@ class _Reply(BaseModel):
 
 
 class CostRow(_Reply):
-    """One group's meter over the window: allocated and productive GPU-hours and dollars.
+    """One group's meter over the window: allocated and productive GPU-hours, vCPU-hours and
+    dollars.
     ``key`` is the group (a team, ``team/project``, or a job id); ``project`` and ``job``
     (with its ``name``) are set when grouping by them; ``jobs`` counts the jobs in the group."""
 
@@ -29,6 +30,8 @@ class CostRow(_Reply):
     dollars: float = 0.0
     productive_gpu_hours: float = 0.0
     productive_dollars: float = 0.0
+    vcpu_hours: float = 0.0
+    productive_vcpu_hours: float = 0.0
 
 
 class BudgetOut(_Reply):

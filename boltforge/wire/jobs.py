@@ -196,6 +196,25 @@ class LogPage(_Reply):
     lines: list[str]
 
 
+class Artifact(_Reply):
+    """A file a job declared as an output, kept by the server: ``name`` is
+    ``<rank>/<path>``; ``sha256`` was checked on arrival; ``at`` when it arrived."""
+
+    name: str
+    size: int
+    sha256: str
+    replica: str
+    epoch: int
+    at: float
+
+
+class ArtifactList(_Reply):
+    """``GET /v1/jobs/{id}/artifacts``: the job's artifacts, by name."""
+
+    job: str
+    artifacts: list[Artifact]
+
+
 class NodeOut(_Reply):
     """A row of ``bolt nodes``. ``reclaim_at``: when a spot reclaim notice says the node goes
     (None: no notice pending). ``degraded``: it takes single-host work only (a straggler was

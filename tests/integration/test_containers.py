@@ -9,15 +9,17 @@ Skipped where podman cannot run, unless BOLT_REQUIRE_CONTAINERS=1 (CI)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from controlplane import Plane, control_plane
+from controlplane import Plane, bolt, control_plane, isolated_env
 
 from boltforge.agent.containers import Engine, container_name
 from boltforge.agent.outbox import Outbox
@@ -253,3 +255,50 @@ def test_an_agent_killed_while_a_container_ran_ends_and_removes_it_when_it_start
     [event] = list(again.outbox.events)
     assert event.kind == "exited" and event.by_node
     assert not (work / "scratch").exists() or not any((work / "scratch").iterdir())
+
+
+def test_a_jobs_outputs_come_back_as_artifacts_with_matching_checksums(
+    plane: Plane, tmp_path: Path
+) -> None:
+    write = (
+        "sh -c 'mkdir -p /scratch/out && head -c 300000 /dev/urandom > /scratch/out/model.bin "
+        "&& echo done > /scratch/out/log.txt && echo 7 > /bolt/checkpoint/step'"
+    )
+    body = f"gpus: 1\nimage: {TRAIN_IMAGE}\ncommand: {json.dumps(write)}\n"
+    body += "outputs: [/scratch/out, /bolt/checkpoint/step]\n"
+    job = submit(plane, tmp_path, "makes", body)
+    assert ended(plane, job).state == "succeeded"
+    names = ["0/bolt/checkpoint/step", "0/scratch/out/log.txt", "0/scratch/out/model.bin"]
+
+    def listed() -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = json.loads(plane.bolt("artifacts", job, "--json").stdout)[
+            "artifacts"
+        ]
+        return out
+
+    wait_until(lambda: len(listed()) == 3, 60, "the artifacts to arrive")
+    assert [a["name"] for a in listed()] == names
+    got = plane.bolt("artifacts", job, "--out", str(tmp_path / "got"))
+    assert got.returncode == 0, got.stdout + got.stderr
+    for a in listed():
+        data = (tmp_path / "got" / a["name"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == a["sha256"] and len(data) == a["size"]
+    assert (tmp_path / "got" / "0/scratch/out/log.txt").read_text() == "done\n"
+    assert (tmp_path / "got" / "0/scratch/out/model.bin").stat().st_size == 300_000
+
+
+def test_the_forge_demo_runs_the_three_classes_with_the_bill(podman: None) -> None:
+    run = bolt("demo", "--forge", env=isolated_env(Path(tempfile.mkdtemp())), timeout=400)
+    out = run.stdout
+    assert run.returncode == 0, out + run.stderr
+    assert "job.image: is required: this server runs containerized work only" in out
+    for said in (
+        "forge-train: succeeded on host-",
+        "node class gpu (pool h100): it asks for GPUs",
+        "forge-batch: succeeded on cpu-0; node class cpu (pool batch)",
+        "forge-pipeline: succeeded on store-0; node class storage (pool data): it asks for "
+        "500 GB of local storage",
+        "artifact 0/scratch/manifest.json",
+        "VCPU-H",
+    ):
+        assert said in out, out

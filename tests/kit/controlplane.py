@@ -18,6 +18,7 @@ from typing import Any
 from boltforge.cli.localfleet import free_port, inventory
 from boltforge.client import Client
 from boltforge.testing.processes import wait_until
+from boltforge.tls import Certificates
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN = "adm-test-token"
@@ -79,12 +80,14 @@ def _stop(proc: subprocess.Popen[bytes], grace: float = 20.0) -> None:
 
 @dataclass
 class Plane:
-    """A running server (and its agents): its URL, a tokened environment for ``bolt``."""
+    """A running server (and its agents): its URL, a tokened environment for ``bolt``, and
+    the CA certificate its ``client()`` verifies it with when it serves HTTPS."""
 
     home: Path
     url: str
     server: subprocess.Popen[bytes]
     agents: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    ca: Path | None = None
 
     def env(self, token: str = ADMIN) -> dict[str, str]:
         return isolated_env(self.home, BOLT_SERVER=self.url, BOLT_TOKEN=token)
@@ -93,7 +96,7 @@ class Plane:
         return bolt(*args, env=self.env(token), **kw)
 
     def client(self, token: str = ADMIN) -> Client:
-        return Client(self.url, token)
+        return Client(self.url, token, ca=self.ca)
 
     def log(self, name: str) -> str:
         path = self.home / "logs" / f"{name}.log"
@@ -125,16 +128,23 @@ class Plane:
 
 
 @contextmanager
-def control_plane(home: Path, *server_args: str, hosts: int = 0) -> Iterator[Plane]:
+def control_plane(
+    home: Path, *server_args: str, hosts: int = 0, tls: Certificates | None = None
+) -> Iterator[Plane]:
     """A ``bolt server`` on SQLite under ``home`` (admin token ``ADMIN``, agent token
-    ``AGENT``) with ``hosts`` agents, stopped afterwards: agents first, then the server."""
+    ``AGENT``) with ``hosts`` agents, stopped afterwards: agents first, then the server.
+    With ``tls`` it serves HTTPS with that certificate and key, and ``Plane.client()``
+    verifies it with that CA (agents and ``bolt`` commands need ``--ca`` for it)."""
     (home / "logs").mkdir(parents=True, exist_ok=True)
     port = free_port()
     args = ["server", "--db", f"sqlite:///{home / 'server.db'}", "--port", str(port)]
     args += ["--admin-token", ADMIN, "--agent-token", AGENT]
     args += ["--checkpoint-root", str(home / "checkpoints"), *server_args]
+    if tls is not None:
+        args += ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key)]
     server = _start(args, home / "logs" / "server.log", isolated_env(home))
-    plane = Plane(home, f"http://127.0.0.1:{port}", server)
+    scheme = "https" if tls else "http"
+    plane = Plane(home, f"{scheme}://127.0.0.1:{port}", server, ca=tls.ca if tls else None)
     try:
         with plane.client() as c:
             wait_until(

@@ -73,6 +73,7 @@ def hold(s: Session, job: JobRow, lost: Sequence[str], at: float) -> dict[str, A
             "gpus": list(r.gpus),
             "cpus": r.cpus,
             "memory_gb": r.memory_gb,
+            "storage_gb": float(r.spec.get("storage_gb", 0.0)),
         }
         for r in sorted(reps, key=lambda r: r.rank)
         if r.state in ("starting", "running", "stopping") and r.node not in lost

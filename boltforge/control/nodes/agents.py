@@ -244,6 +244,7 @@ def desired(mirror: Mirror, name: str) -> DesiredState | None:
             image=r.spec.get("image"),
             cpus=r.cpus,
             memory_gb=r.memory_gb,
+            outputs=r.spec.get("outputs", []),
         )
         for r in reps
     ]

@@ -4,7 +4,7 @@ wait. Nothing here talks to a node; the caller commits, then wakes the nodes it 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -23,6 +23,7 @@ from boltforge.core.cycle import gpus_by_pool
 from boltforge.core.decisions import Bind, CycleResult, Evict, Resize, Waiting
 from boltforge.core.model.levels import Level
 from boltforge.core.model.state import Grant
+from boltforge.core.model.topology import TopologyTree
 from boltforge.core.placement.explain import describe
 from boltforge.ranges import hostlist
 
@@ -279,8 +280,6 @@ def _new_epoch(
     for slot, g, env in zip(slots, grants, envs, strict=True):
         s.add(_replica(row, slot, g, env, settings))
     gpus = sum(len(g.gpus) for g in grants)
-    prices = {pool.name: pool.price_per_gpu_hour for pool in tree.pools}
-    price = dollars_per_hour(gpus_by_pool(tree, grants), prices)
     s.add(
         RunRow(
             job_id=row.id,
@@ -288,11 +287,25 @@ def _new_epoch(
             queue=row.queue,
             team=row.team,
             gpus=gpus,
-            dollars_per_hour=price,
+            cpus=sum(g.cpus for g in grants),
+            dollars_per_hour=hourly_price(tree, grants),
             started_at=world.now,
         )
     )
     return [slot.node for slot in slots], gpus
+
+
+def hourly_price(tree: TopologyTree, grants: Sequence[Grant]) -> float:
+    """What ``grants`` cost per hour: their GPUs at their pools' prices per GPU-hour, plus
+    their CPUs at their pools' prices per vCPU-hour."""
+    gpu_prices = {pool.name: pool.price_per_gpu_hour for pool in tree.pools}
+    cpu_prices = {pool.name: pool.price_per_vcpu_hour for pool in tree.pools}
+    cpus: dict[str, float] = {}
+    for g in grants:
+        name = tree.host_lists.pool_name[g.host]
+        cpus[name] = cpus.get(name, 0.0) + g.cpus
+    gpus = gpus_by_pool(tree, grants)
+    return dollars_per_hour(gpus, gpu_prices) + dollars_per_hour(cpus, cpu_prices)
 
 
 def _slot(world: World, rank: int, g: Grant) -> Slot:
@@ -322,6 +335,8 @@ def _replica(
         "grace_s": float((row.spec.get("checkpoint") or {}).get("grace", 120.0)),
         "checkpoint_dir": f"{settings.checkpoint_root.rstrip('/')}/{row.id}",
         "image": _role_field(row.spec, g.role, "image"),
+        "outputs": row.spec.get("outputs", []),
+        "storage_gb": g.storage_gb,
     }
     return ReplicaRow(
         id=f"{row.id}.{row.epoch}.{slot.rank}",

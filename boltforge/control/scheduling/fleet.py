@@ -9,7 +9,10 @@ from boltforge.core.model.topology import HostLayout, Pool, Tier, TopologyTree
 from boltforge.spec.errors import Problem, SpecError
 from boltforge.wire.agent import Inventory
 
-HARDWARE = ("gpu", "gpu_memory_gb", "gpus", "nvlink_island", "cpus", "memory_gb", "rails")
+HARDWARE = (
+    *("gpu", "gpu_memory_gb", "gpus", "nvlink_island", "cpus", "memory_gb", "rails"),
+    *("node_class", "storage_gb", "storage_gbps"),
+)
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,10 @@ def to_pool(inv: Inventory) -> Pool:
         rails=inv.rails or max(gpus, 1),
         tier=Tier(inv.tier),
         price_per_gpu_hour=inv.price_per_gpu_hour,
+        node_class=inv.node_class or "",
+        storage_gb=inv.storage_gb,
+        storage_gbps=inv.storage_gbps,
+        price_per_vcpu_hour=inv.price_per_vcpu_hour,
     )
 
 

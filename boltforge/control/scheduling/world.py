@@ -251,6 +251,7 @@ def _recovery_holds(world: World, rows: list[LiveJob], hold_s: float) -> set[tup
                 tuple(g["gpus"]),
                 float(g.get("cpus", 0.0)),
                 float(g.get("memory_gb", 0.0)),
+                float(g.get("storage_gb", 0.0)),
             )
             for g in data.get("grants", [])
             if g["node"] in fleet.index
@@ -340,12 +341,21 @@ def _without(rep: LiveReplica, claimed: set[tuple[str, int]]) -> LiveReplica:
         gpus=free,
         cpus=rep.cpus if free else 0.0,
         memory_gb=rep.memory_gb if free else 0.0,
+        spec=rep.spec if free else {},
     )
 
 
 def _grants(fleet: Fleet, reps: Iterable[LiveReplica]) -> tuple[Grant, ...]:
     return tuple(
-        Grant(r.role, r.rank, fleet.index[r.node], tuple(r.gpus), r.cpus, r.memory_gb)
+        Grant(
+            r.role,
+            r.rank,
+            fleet.index[r.node],
+            tuple(r.gpus),
+            r.cpus,
+            r.memory_gb,
+            float(r.spec.get("storage_gb", 0.0)),
+        )
         for r in reps
         if r.node in fleet.index
     )

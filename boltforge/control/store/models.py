@@ -140,7 +140,8 @@ class NodeRow(Base):
 class RunRow(Base):
     """One stretch of a job holding GPUs (an epoch from start to stop): fair-share usage and
     the cost meter are sums over these. ``checkpoint_at`` is the job's last checkpoint inside
-    the stretch as known when it ended (None: none)."""
+    the stretch as known when it ended (None: none); ``cpus`` the CPUs it held (its vCPU-hours);
+    ``dollars_per_hour`` prices both."""
 
     __tablename__ = "runs"
 
@@ -150,6 +151,7 @@ class RunRow(Base):
     queue: Mapped[str] = mapped_column(String(200))
     team: Mapped[str] = mapped_column(String(63))
     gpus: Mapped[int] = mapped_column(Integer)
+    cpus: Mapped[float] = mapped_column(Float, default=0.0)
     dollars_per_hour: Mapped[float] = mapped_column(Float, default=0.0)
     started_at: Mapped[float] = mapped_column(Float)
     ended_at: Mapped[float | None] = mapped_column(Float, index=True)

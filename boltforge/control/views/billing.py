@@ -54,7 +54,9 @@ def stretch(run: RunRow, job: JobFacts) -> Stretch:
     latest checkpoint."""
     ckpt = last_checkpoint(run.checkpoint_at, job.last_checkpoint_at, run.started_at, run.ended_at)
     lost = interrupted(run.epoch, run.ended_at, job.epoch, job.state, job.finished_at)
-    return Stretch(run.gpus, run.dollars_per_hour, run.started_at, run.ended_at, ckpt, lost)
+    return Stretch(
+        run.gpus, run.dollars_per_hour, run.started_at, run.ended_at, ckpt, lost, run.cpus or 0.0
+    )
 
 
 def job_meters(s: Session, since: float, now: float) -> list[JobMeter]:
@@ -122,6 +124,8 @@ def total(rows: Iterable[CostRow]) -> CostRow:
         out.gpu_hours += r.gpu_hours
         out.dollars += r.dollars
         out.productive_gpu_hours += r.productive_gpu_hours
+        out.vcpu_hours += r.vcpu_hours
+        out.productive_vcpu_hours += r.productive_vcpu_hours
         out.productive_dollars += r.productive_dollars
     return out
 
@@ -149,4 +153,6 @@ def _filled(row: CostRow, m: Meter) -> CostRow:
     row.dollars = m.dollars
     row.productive_gpu_hours = m.productive_gpu_hours
     row.productive_dollars = m.productive_dollars
+    row.vcpu_hours = m.vcpu_hours
+    row.productive_vcpu_hours = m.productive_vcpu_hours
     return row

@@ -39,7 +39,8 @@ ENDS_CLEANLY = frozenset({"succeeded", "cancelled"})
 class Stretch:
     """One allocation epoch of a job. ``ended_at`` is None while it holds its GPUs;
     ``checkpoint_at`` is the last checkpoint the job reported inside it (None: none);
-    ``interrupted`` says whether its work since that checkpoint was lost."""
+    ``interrupted`` says whether its work since that checkpoint was lost; ``vcpus`` the CPUs
+    it held (metered in vCPU-hours beside its GPUs)."""
 
     gpus: int
     dollars_per_hour: float
@@ -47,16 +48,20 @@ class Stretch:
     ended_at: float | None
     checkpoint_at: float | None = None
     interrupted: bool = False
+    vcpus: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
 class Meter:
-    """GPU-seconds and dollars, allocated and productive (productive <= allocated)."""
+    """GPU-seconds, vCPU-seconds and dollars, allocated and productive (productive <=
+    allocated)."""
 
     gpu_s: float = 0.0
     dollars: float = 0.0
     productive_gpu_s: float = 0.0
     productive_dollars: float = 0.0
+    vcpu_s: float = 0.0
+    productive_vcpu_s: float = 0.0
 
     def __add__(self, other: Meter) -> Meter:
         return Meter(
@@ -64,7 +69,17 @@ class Meter:
             self.dollars + other.dollars,
             self.productive_gpu_s + other.productive_gpu_s,
             self.productive_dollars + other.productive_dollars,
+            self.vcpu_s + other.vcpu_s,
+            self.productive_vcpu_s + other.productive_vcpu_s,
         )
+
+    @property
+    def vcpu_hours(self) -> float:
+        return self.vcpu_s / 3600.0
+
+    @property
+    def productive_vcpu_hours(self) -> float:
+        return self.productive_vcpu_s / 3600.0
 
     @property
     def gpu_hours(self) -> float:
@@ -94,6 +109,8 @@ def meter_stretch(s: Stretch, since: float, now: float) -> Meter:
         s.dollars_per_hour * held / 3600.0,
         s.gpus * kept,
         s.dollars_per_hour * kept / 3600.0,
+        s.vcpus * held,
+        s.vcpus * kept,
     )
 
 
@@ -105,9 +122,10 @@ def meter_job(stretches: Iterable[Stretch], since: float, now: float) -> Meter:
     return total
 
 
-def dollars_per_hour(gpus_by_pool: Mapping[str, int], prices: Mapping[str, float]) -> float:
+def dollars_per_hour(gpus_by_pool: Mapping[str, float], prices: Mapping[str, float]) -> float:
     """What holding ``gpus_by_pool`` (pool -> GPUs) costs per hour at ``prices`` (pool -> dollars
-    per GPU-hour); every pool held must have a price (``KeyError``)."""
+    per GPU-hour); every pool held must have a price (``KeyError``). The same sum prices CPUs:
+    pool -> vCPUs at dollars per vCPU-hour."""
     return sum(gpus * prices[pool] for pool, gpus in gpus_by_pool.items())
 
 

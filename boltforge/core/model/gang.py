@@ -55,7 +55,8 @@ class Capability:
 
 @dataclass(frozen=True, slots=True)
 class Role:
-    """``replicas`` identical workers, each on one host with ``gpus`` GPUs, CPUs and memory.
+    """``replicas`` identical workers, each on one host with ``gpus`` GPUs, CPUs, memory and
+    ``storage_gb`` of the host's local storage.
 
     ``tensor_parallel`` GPUs of a replica form one tensor-parallel group that must share an
     NVLink island; ``pipeline_stages`` and ``data_parallel`` are hints that shape the ordering
@@ -71,10 +72,17 @@ class Role:
     tensor_parallel: int = 1
     pipeline_stages: int = 1
     data_parallel: int = 0
+    storage_gb: float = 0.0
 
     @property
     def total_gpus(self) -> int:
         return self.replicas * self.gpus
+
+    @property
+    def node_class(self) -> str:
+        """The node class the role runs on, from what it asks: GPUs (``gpu``), else local
+        storage (``storage``), else ``cpu``."""
+        return "gpu" if self.gpus else "storage" if self.storage_gb else "cpu"
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ class Grant:
     gpus: tuple[int, ...]
     cpus: float = 0.0
     memory_gb: float = 0.0
+    storage_gb: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,9 @@ class Allocation:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", sum(len(g.gpus) for g in self.grants))
+
+
+_LACKS = "lacks the CPUs, memory or storage asked for"
 
 
 class Conflict(Exception):
@@ -67,6 +71,7 @@ class FleetState:
         "free",
         "free_cpus",
         "free_memory",
+        "free_storage",
         "host_free",
         "island_free",
         "island_max",
@@ -80,6 +85,7 @@ class FleetState:
         self.free: BoolArray = tree.gpu_island >= 0
         self.free_cpus: FloatArray = tree.host_cpus.copy()
         self.free_memory: FloatArray = tree.host_memory.copy()
+        self.free_storage: FloatArray = tree.host_storage.copy()
         self.cordoned: BoolArray = np.zeros(len(tree.hosts), dtype=np.bool_)
         self.degraded: BoolArray = np.zeros(len(tree.hosts), dtype=np.bool_)
         self.allocations: dict[str, Allocation] = {}
@@ -111,6 +117,7 @@ class FleetState:
         other.free = self.free.copy()
         other.free_cpus = self.free_cpus.copy()
         other.free_memory = self.free_memory.copy()
+        other.free_storage = self.free_storage.copy()
         other.cordoned = self.cordoned.copy()
         other.degraded = self.degraded.copy()
         other.allocations = dict(self.allocations)
@@ -169,6 +176,7 @@ class FleetState:
         for g in grants:
             self.free_cpus[g.host] += g.cpus
             self.free_memory[g.host] += g.memory_gb
+            self.free_storage[g.host] += g.storage_gb
 
     def _take(self, g: Grant, sign: int) -> None:
         """Give back (``sign`` +1) or take (-1) one grant's GPUs, CPUs and memory."""
@@ -201,6 +209,8 @@ class FleetState:
             self.free_cpus[h] += sign * g.cpus
         if g.memory_gb:
             self.free_memory[h] += sign * g.memory_gb
+        if g.storage_gb:
+            self.free_storage[h] += sign * g.storage_gb
 
     def _check(self, grants: tuple[Grant, ...]) -> None:
         width = self.free.shape[1]
@@ -214,12 +224,14 @@ class FleetState:
             if (
                 g.cpus > self.free_cpus[g.host] + 1e-9
                 or g.memory_gb > self.free_memory[g.host] + 1e-9
+                or g.storage_gb > self.free_storage[g.host] + 1e-9
             ):
-                raise Conflict(f"{self.tree.hosts[g.host].name} lacks the CPUs or memory asked for")
+                raise Conflict(f"{self.tree.hosts[g.host].name} {_LACKS}")
             return
         seen: set[tuple[int, int]] = set()
         cpus: dict[int, float] = {}
         memory: dict[int, float] = {}
+        storage: dict[int, float] = {}
         for g in grants:
             for gpu in g.gpus:
                 if not 0 <= gpu < width or not self.free[g.host, gpu] or (g.host, gpu) in seen:
@@ -227,9 +239,14 @@ class FleetState:
                 seen.add((g.host, gpu))
             cpus[g.host] = cpus.get(g.host, 0.0) + g.cpus
             memory[g.host] = memory.get(g.host, 0.0) + g.memory_gb
+            storage[g.host] = storage.get(g.host, 0.0) + g.storage_gb
         for h, need in cpus.items():
-            if need > self.free_cpus[h] + 1e-9 or memory[h] > self.free_memory[h] + 1e-9:
-                raise Conflict(f"{self.tree.hosts[h].name} lacks the CPUs or memory asked for")
+            if (
+                need > self.free_cpus[h] + 1e-9
+                or memory[h] > self.free_memory[h] + 1e-9
+                or storage[h] > self.free_storage[h] + 1e-9
+            ):
+                raise Conflict(f"{self.tree.hosts[h].name} {_LACKS}")
 
     def _conflict(self, g: Grant) -> None:
         """Raise ``Conflict`` naming the first GPU of ``g`` that is not free."""

@@ -29,8 +29,13 @@ class Pool:
     """A node pool: identical hosts with one GPU model, one price and one capacity tier.
 
     ``island_size`` is the number of GPUs that share one NVLink domain inside a host (8 on HGX
-    boxes, 4 on PCIe-switched boxes with NVLink bridges, 1 on PCIe-only hosts). A pool with
-    ``gpus_per_host == 0`` is a CPU node class.
+    boxes, 4 on PCIe-switched boxes with NVLink bridges, 1 on PCIe-only hosts).
+
+    ``node_class`` is what the pool's hosts are for (``NODE_CLASSES``): ``gpu`` (training and
+    inference), ``cpu`` (CPU-only batch) or ``storage`` (data pipelines, with
+    ``storage_gb`` of local capacity per host at ``storage_gbps``). Empty means ``gpu`` for a
+    pool with GPUs and ``cpu`` for one without (``kind``). ``price_per_vcpu_hour`` prices the
+    CPUs a job holds there, on top of its GPUs.
     """
 
     name: str
@@ -43,6 +48,18 @@ class Pool:
     rails: int
     tier: Tier
     price_per_gpu_hour: float
+    node_class: str = ""
+    storage_gb: float = 0.0
+    storage_gbps: float = 0.0
+    price_per_vcpu_hour: float = 0.0
+
+    @property
+    def kind(self) -> str:
+        """The pool's node class, resolved (see the class docstring)."""
+        return self.node_class or ("gpu" if self.gpus_per_host else "cpu")
+
+
+NODE_CLASSES = ("gpu", "cpu", "storage")
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +155,7 @@ class TopologyTree:
     host_gpus: IntArray = field(repr=False)
     host_cpus: FloatArray = field(repr=False)
     host_memory: FloatArray = field(repr=False)
+    host_storage: FloatArray = field(repr=False)
     rack_pod: IntArray = field(repr=False)
     rack_hosts: IntArray = field(repr=False)
     pod_racks: IntArray = field(repr=False)
@@ -197,6 +215,7 @@ class TopologyTree:
             host_gpus=np.array([pools[h.pool].gpus_per_host for h in hosts], dtype=np.int64),
             host_cpus=np.array([pools[h.pool].cpus for h in hosts], dtype=np.float64),
             host_memory=np.array([pools[h.pool].memory_gb for h in hosts], dtype=np.float64),
+            host_storage=np.array([pools[h.pool].storage_gb for h in hosts], dtype=np.float64),
             rack_pod=np.array(rack_pod, dtype=np.int64),
             rack_hosts=_padded(rack_members),
             pod_racks=_padded(pod_members),

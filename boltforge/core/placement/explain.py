@@ -6,14 +6,15 @@ import numpy as np
 
 from boltforge.core.model.gang import Gang, Role
 from boltforge.core.model.levels import Level
-from boltforge.core.model.state import FleetState
+from boltforge.core.model.state import FleetState, Grant
 from boltforge.core.model.topology import BoolArray, IntArray, TopologyTree
 from boltforge.core.placement.hostfit import eligible_hosts, host_fit, talks
 from boltforge.core.placement.place import Decision, Outcome, Placement
 
 
 def describe(tree: TopologyTree, placement: Placement) -> list[str]:
-    """Lines that say where each role went, what it cost by level, and what it beat."""
+    """Lines that say where each role went (and, on a fleet of several node classes, to which
+    class and why), what it cost by level, and what it beat."""
     lines: list[str] = []
     w = tree.weights
     for plan in placement.roles:
@@ -25,6 +26,8 @@ def describe(tree: TopologyTree, placement: Placement) -> list[str]:
         lines.append(
             f"{plan.role}: {what} on {len(hosts)} host(s) inside {plan.level.label} {plan.domain}"
         )
+        if plan.grants and len({p.kind for p in tree.pools}) > 1:
+            lines.append("  " + node_class_words(tree, plan.grants[0]))
         parts = [f"{k} {n} x {getattr(w, k):g}" for k, n in plan.cost.hops.items() if n]
         lines.append(f"  cost {plan.cost.total:g} (" + (", ".join(parts) or "no hops") + ")")
         for alt in plan.alternatives:
@@ -57,7 +60,24 @@ def need(role: Role) -> str:
         parts.append(f"{role.cpus:g} CPUs each")
     if role.memory_gb:
         parts.append(f"{role.memory_gb:g} GB memory each")
+    if role.storage_gb:
+        parts.append(f"{role.storage_gb:g} GB local storage each")
     return "; ".join(parts)
+
+
+def node_class_words(tree: TopologyTree, grant: Grant) -> str:
+    """Which node class a replica went to, and why: what it asks for decides (GPUs: gpu;
+    local storage: storage; else cpu, on GPU nodes' spare CPUs when no CPU node could)."""
+    pool = tree.pools[tree.hosts[grant.host].pool]
+    if grant.gpus:
+        why = "it asks for GPUs"
+    elif grant.storage_gb:
+        why = f"it asks for {grant.storage_gb:g} GB of local storage"
+    elif pool.kind == "cpu":
+        why = "it asks for no GPUs and no local storage"
+    else:
+        why = "it asks for no GPUs; no CPU node could take it, so it uses spare CPUs here"
+    return f"node class {pool.kind} (pool {pool.name}): {why}"
 
 
 def diagnose(state: FleetState, gang: Gang, role: Role, never: bool) -> Decision:
@@ -94,6 +114,11 @@ def _capability(tree: TopologyTree, role: Role) -> tuple[list[str], list[str]]:
     ]
     fixes = []
     matching = [p for p in tree.pools if cap.accepts(p, role.gpus > 0)]
+    if role.node_class == "storage" and not any(p.kind == "storage" for p in matching):
+        fixes.append(
+            "storage_gb sends a role to storage nodes and this fleet has none: add a pool "
+            "with `class: storage`, or drop storage_gb"
+        )
     if role.gpus and not matching:
         best = max((p.gpu_memory_gb for p in tree.pools), default=0)
         if cap.min_gpu_memory_gb > best:

@@ -40,7 +40,7 @@ def eligible_hosts(state: FleetState, role: Role) -> BoolArray:
     get a fresh array they may change.
     """
     tree = state.tree
-    key = (role.capability, role.gpus, role.tensor_parallel)
+    key = (role.capability, role.gpus, role.tensor_parallel, role.node_class)
     cached = tree.eligible_cache.get(key)
     if cached is None:
         cached = _eligible(state, role)
@@ -58,8 +58,16 @@ def talks(role: Role) -> bool:
 
 
 def _eligible(state: FleetState, role: Role) -> BoolArray:
+    """Hosts whose pool meets the role's capability and node class: storage work only on
+    storage nodes, and nothing else there (CPU-only work may use GPU nodes' spare CPUs)."""
     tree = state.tree
-    ok_pools = np.array([role.capability.accepts(p, role.gpus > 0) for p in tree.pools])
+    storage = role.node_class == "storage"
+    ok_pools = np.array(
+        [
+            role.capability.accepts(p, role.gpus > 0) and (p.kind == "storage") == storage
+            for p in tree.pools
+        ]
+    )
     if role.gpus > 0:
         sizes = np.array([p.island_size for p in tree.pools])
         per_host = np.array([p.gpus_per_host for p in tree.pools])
@@ -88,6 +96,9 @@ def host_fit(
     if role.memory_gb > 0:
         by_mem = np.floor(state.free_memory / role.memory_gb + 1e-9).astype(np.int64)
         slots = np.minimum(slots, by_mem)
+    if role.storage_gb > 0:
+        by_disk = np.floor(state.free_storage / role.storage_gb + 1e-9).astype(np.int64)
+        slots = np.minimum(slots, by_disk)
     slots = np.where(eligible & ~state.cordoned, np.minimum(slots, limit), 0)
     intra = _intra_costs(island_free, state.island_max, slots, g, state.tree.weights)
     return HostFit(slots, intra, free, state.rack_free, state.pod_free)

@@ -43,7 +43,7 @@ def fits_empty(tree: TopologyTree, gang: Gang) -> bool:
 def shape_of(gang: Gang) -> tuple[object, ...]:
     """What placement depends on in a gang: its roles' sizes and needs and its topology rule."""
     roles = tuple(
-        (r.replicas, r.gpus, r.tensor_parallel, r.capability, r.cpus, r.memory_gb)
+        (r.replicas, r.gpus, r.tensor_parallel, r.capability, r.cpus, r.memory_gb, r.storage_gb)
         for r in gang.roles
     )
     return (roles, gang.topology)

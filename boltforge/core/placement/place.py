@@ -138,7 +138,7 @@ def _place_role_near(
     if anchor is not None and required is not None and required < Level.SPINE:
         column = domain_column(state.tree, required)
         eligible &= column == column[anchor]
-    cpu_hosts = eligible & (state.tree.host_gpus == 0) if role.gpus == 0 else None
+    cpu_hosts = eligible & (state.tree.host_gpus == 0) if role.node_class == "cpu" else None
     if cpu_hosts is not None and cpu_hosts.any():
         # CPU-only roles go to CPU nodes when the fleet has them, sparing GPU hosts' CPUs.
         plan, note = _place_on(state, gang, role, anchor, cpu_hosts)

@@ -218,5 +218,9 @@ def assign(state: FleetState, role: Role, counts: dict[int, int]) -> list[Grant]
     grants: list[Grant] = []
     for host in sorted(counts):
         for gpus in sets[host]:
-            grants.append(Grant(role.name, len(grants), host, gpus, role.cpus, role.memory_gb))
+            grants.append(
+                Grant(
+                    role.name, len(grants), host, gpus, role.cpus, role.memory_gb, role.storage_gb
+                )
+            )
     return grants

@@ -33,7 +33,7 @@ def plan_single(
         return None
     tree = state.tree
     host = best[0]
-    grants = [Grant(role.name, 0, host, replica_gpus(state, host, role), role.cpus, role.memory_gb)]
+    grants = [_grant(state, host, role)]
     alternatives = tuple(
         Alternative(Level.HOST, tree.hosts[h].name, _ring(tree, role.gpus, _at(islands, h)), 1)
         for h in best[1:]
@@ -64,6 +64,8 @@ def _room(state: FleetState, role: Role, eligible: BoolArray, island: bool) -> B
         ok &= state.free_cpus >= role.cpus * (1 - _EPS)
     if role.memory_gb > 0:
         ok &= state.free_memory >= role.memory_gb * (1 - _EPS)
+    if role.storage_gb > 0:
+        ok &= state.free_storage >= role.storage_gb * (1 - _EPS)
     return ok
 
 
@@ -138,10 +140,12 @@ def plan_on_host(state: FleetState, role: Role, host: int, gpu_type: str) -> Rol
         ok = ok and state.free_cpus[host] >= role.cpus * (1 - _EPS)
     if role.memory_gb > 0:
         ok = ok and state.free_memory[host] >= role.memory_gb * (1 - _EPS)
+    if role.storage_gb > 0:
+        ok = ok and state.free_storage[host] >= role.storage_gb * (1 - _EPS)
     if not ok:
         return None
     tree = state.tree
-    grants = [Grant(role.name, 0, host, replica_gpus(state, host, role), role.cpus, role.memory_gb)]
+    grants = [_grant(state, host, role)]
     return RolePlan(
         role.name,
         Level.HOST,
@@ -168,3 +172,9 @@ def replica_gpus(state: FleetState, host: int, role: Role) -> tuple[int, ...]:
     free = state.free[host].tolist()
     chosen = [gpu for gpu, ok in enumerate(free) if ok and island_of[gpu] == island]
     return tuple(chosen[:g])
+
+
+def _grant(state: FleetState, host: int, role: Role) -> Grant:
+    """One replica of ``role`` on ``host``: its GPUs there, CPUs, memory and storage."""
+    gpus = replica_gpus(state, host, role)
+    return Grant(role.name, 0, host, gpus, role.cpus, role.memory_gb, role.storage_gb)

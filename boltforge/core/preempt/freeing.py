@@ -22,7 +22,7 @@ import numpy as np
 from boltforge.core.model.gang import Gang
 from boltforge.core.model.levels import Level
 from boltforge.core.model.state import FleetState, Grant
-from boltforge.core.model.topology import BoolArray, IntArray
+from boltforge.core.model.topology import BoolArray, FloatArray, IntArray
 from boltforge.core.placement.answers import Placement
 from boltforge.core.placement.hostfit import eligible_hosts
 from boltforge.core.placement.place import place_gang, role_order
@@ -239,12 +239,13 @@ class Fit:
     """Whether one placement still fits as the plan that made room for it changes.
 
     Only what the placement needs and ``base`` lacks matters: those GPUs must be freed by the
-    plan's actions, and the CPUs and memory short on a host must be freed there. Each GPU is
-    freed by at most one action (one action per job), so swapping one action for a lighter one
-    is checked from that action alone, much cheaper than applying the plan and allocating.
+    plan's actions, and the CPUs, memory and storage short on a host must be freed there. Each
+    GPU is freed by at most one action (one action per job), so swapping one action for a
+    lighter one is checked from that action alone, much cheaper than applying the plan and
+    allocating.
     """
 
-    __slots__ = ("_cpus", "_freed", "_gpus", "_hosts", "_memory")
+    __slots__ = ("_freed", "_gpus", "_hosts", "_short")
 
     def __init__(self, base: FleetState, placement: Placement, plan: Plan) -> None:
         self._hosts = {g.host for g in placement.grants}
@@ -253,23 +254,24 @@ class Fit:
         }
         cpus: dict[int, float] = {}
         memory: dict[int, float] = {}
+        storage: dict[int, float] = {}
         for g in placement.grants:
             cpus[g.host] = cpus.get(g.host, 0.0) + g.cpus
             memory[g.host] = memory.get(g.host, 0.0) + g.memory_gb
-        self._cpus = {h: c - base.free_cpus[h] for h, c in cpus.items() if c > base.free_cpus[h]}
-        self._memory = {
-            h: m - base.free_memory[h] for h, m in memory.items() if m > base.free_memory[h]
-        }
-        self._freed: dict[int, list[float]] = {}  # host: [CPUs, memory] the plan frees there
+            storage[g.host] = storage.get(g.host, 0.0) + g.storage_gb
+        self._short = [_short(cpus, base.free_cpus), _short(memory, base.free_memory)]
+        self._short.append(_short(storage, base.free_storage))
+        # host: [CPUs, memory, storage] the plan frees there
+        self._freed: dict[int, list[float]] = {}
         for action in plan.values():
             self._count(action, 1)
 
     def _count(self, action: Action | None, sign: int) -> None:
         for g in action.freed if action is not None else ():
             if g.host in self._hosts:
-                held = self._freed.setdefault(g.host, [0.0, 0.0])
-                held[0] += sign * g.cpus
-                held[1] += sign * g.memory_gb
+                held = self._freed.setdefault(g.host, [0.0, 0.0, 0.0])
+                for i, amount in enumerate((g.cpus, g.memory_gb, g.storage_gb)):
+                    held[i] += sign * amount
 
     def can_swap(self, old: Action, new: Action | None) -> bool:
         """Whether the placement still fits once ``old`` gives way to ``new`` (None: nothing)."""
@@ -284,15 +286,14 @@ class Fit:
             for g in action.freed if action is not None else ():
                 if g.host not in self._hosts:
                     continue
-                d = delta.setdefault(g.host, [0.0, 0.0])
-                d[0] += sign * g.cpus
-                d[1] += sign * g.memory_gb
-        for h, (dc, dm) in delta.items():
-            held = self._freed.get(h, [0.0, 0.0])
-            if held[0] + dc + 1e-9 < self._cpus.get(h, 0.0):
-                return False
-            if held[1] + dm + 1e-9 < self._memory.get(h, 0.0):
-                return False
+                d = delta.setdefault(g.host, [0.0, 0.0, 0.0])
+                for i, amount in enumerate((g.cpus, g.memory_gb, g.storage_gb)):
+                    d[i] += sign * amount
+        for h, change in delta.items():
+            held = self._freed.get(h, [0.0, 0.0, 0.0])
+            for i, short in enumerate(self._short):
+                if held[i] + change[i] + 1e-9 < short.get(h, 0.0):
+                    return False
         return True
 
     def swap(self, old: Action, new: Action | None) -> None:
@@ -394,3 +395,9 @@ def _still_enough(held: Gauge, old: Action, new: Action | None) -> bool:
     trial.add(old.freed, -1)
     trial.add(new.freed if new else ())
     return trial.enough()
+
+
+def _short(need: dict[int, float], free: FloatArray) -> dict[int, float]:
+    """Per host, how much more of a resource ``need`` asks for than is ``free`` (hosts that
+    have enough are left out)."""
+    return {h: n - free[h] for h, n in need.items() if n > free[h]}

@@ -377,6 +377,9 @@ def run_cli(
     return result.output
 
 
+NO_CPU = ",0.000000,0.000000"  # vCPU-hours: the story's jobs hold no CPUs
+
+
 def test_bolt_cost_prints_csv_for_chargeback(
     story: tuple[Fleet, dict[str, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -384,12 +387,13 @@ def test_bolt_cost_prints_csv_for_chargeback(
     out = run_cli(fleet, monkeypatch, "--by", "job", "--since", "30d", "--csv")
     lines = out.splitlines()
     assert lines[0] == (
-        "group,team,project,job,name,jobs,gpu_hours,dollars,productive_gpu_hours,productive_dollars"
+        "group,team,project,job,name,jobs,gpu_hours,dollars,productive_gpu_hours,"
+        "productive_dollars,vcpu_hours,productive_vcpu_hours"
     )
     assert lines[1:] == [
-        f"{ids['lo']},nlp,pretrain,{ids['lo']},lo,1,8.000000,32.000000,6.000000,24.000000",
-        f"{ids['vis']},vision,,{ids['vis']},vis,1,8.000000,20.000000,0.000000,0.000000",
-        f"{ids['hi']},nlp,serve,{ids['hi']},hi,1,2.000000,8.000000,2.000000,8.000000",
+        f"{ids['lo']},nlp,pretrain,{ids['lo']},lo,1,8.000000,32.000000,6.000000,24.000000{NO_CPU}",
+        f"{ids['vis']},vision,,{ids['vis']},vis,1,8.000000,20.000000,0.000000,0.000000{NO_CPU}",
+        f"{ids['hi']},nlp,serve,{ids['hi']},hi,1,2.000000,8.000000,2.000000,8.000000{NO_CPU}",
     ]
 
 

@@ -337,7 +337,7 @@ def test_a_teams_file_that_is_not_a_mapping_is_reported_at_the_top_level() -> No
 
 
 FLEET_FILES = sorted((EXAMPLES / "fleets").rglob("*.yaml"))
-JOB_FILES = sorted((EXAMPLES / "jobs").glob("*.yaml"))
+JOB_FILES = sorted([*(EXAMPLES / "jobs").glob("*.yaml"), *(EXAMPLES / "forge").glob("*.yaml")])
 NODE_FILES = sorted((EXAMPLES / "nodes").glob("*.yaml"))
 
 
@@ -358,7 +358,7 @@ def test_every_example_fleet_builds(path: Path) -> None:
 def test_every_example_job_is_a_valid_spec(path: Path) -> None:
     spec = load_job(path)
     assert spec.name and spec.team
-    assert spec.roles or spec.total_gpus()[0] > 0 or spec.cpus > 0
+    assert spec.roles or spec.total_gpus()[0] > 0 or spec.cpus > 0 or spec.storage_gb > 0
 
 
 def test_the_example_teams_file_sets_quotas_and_budgets() -> None:
