@@ -19,7 +19,7 @@ from rich.rule import Rule
 from boltforge.cli import localfleet
 from boltforge.cli.localfleet import FleetError, LocalFleet
 from boltforge.cli.story import Story, Told, describer
-from boltforge.client import Client
+from boltforge.client import ApiFailure, Client
 from boltforge.wire.jobs import TERMINAL, SubmitRequest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,15 +127,25 @@ class Demo:
 def run_demo(console: Console) -> int:
     """Start a fleet in a temporary directory, tell the story, stop the fleet. Returns the
     exit code: 0 when both jobs succeeded and the low one resumed from its checkpoint."""
-    began = time.monotonic()
     console.print(Rule("Boltforge demo: preemption with checkpoint and resume", align="left"))
+    return in_fleet(console, lambda root: _start(console, root), lambda f: _tell(console, f))
+
+
+def in_fleet(
+    console: Console,
+    start: Callable[[Path], LocalFleet],
+    tell: Callable[[LocalFleet], bool],
+) -> int:
+    """``start`` a fleet in a temporary directory, ``tell`` a story on it, stop it (its logs
+    are kept when the story fails). Returns 0 when ``tell`` says the story went as told."""
+    began = time.monotonic()
     root = Path(tempfile.mkdtemp(prefix="bolt-demo-"))
     fleet: LocalFleet | None = None
     ok = False
     try:
-        fleet = _start(console, root)
-        ok = _tell(console, fleet)
-    except (FleetError, DemoError) as e:
+        fleet = start(root)
+        ok = tell(fleet)
+    except (FleetError, DemoError, ApiFailure) as e:
         console.print(f"[bold red]error[/] {e}", highlight=False)
     except KeyboardInterrupt:
         console.print("interrupted", highlight=False)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -18,8 +17,8 @@ from rich.rule import Rule
 
 from boltforge.cli import localfleet
 from boltforge.cli.cost import print_cost
-from boltforge.cli.demo import DemoError, stop_fleet
-from boltforge.cli.localfleet import FleetError, LocalFleet, Node
+from boltforge.cli.demo import DemoError, in_fleet, stop_fleet
+from boltforge.cli.localfleet import LocalFleet, Node
 from boltforge.cli.story import Story, describer
 from boltforge.client import ApiFailure, Client
 from boltforge.wire.jobs import TERMINAL, SubmitRequest
@@ -59,33 +58,24 @@ def engine_problem() -> str | None:
 def run_forge_demo(console: Console) -> int:
     """Start the fleet in a temporary directory, run the three jobs, print the bill, stop.
     Returns 0 when every job succeeded and brought its artifacts back."""
-    began = time.monotonic()
     console.print(Rule("Boltforge demo: containers on GPU, CPU and storage nodes", align="left"))
     problem = engine_problem()
     if problem is not None:
         console.print(f"[bold red]error[/] {problem}", highlight=False)
         return 2
-    root = Path(tempfile.mkdtemp(prefix="bolt-forge-"))
-    fleet: LocalFleet | None = None
-    ok = False
+    return in_fleet(console, lambda root: _start(console, root), lambda f: _tell(console, f))
+
+
+def _start(console: Console, root: Path) -> LocalFleet:
+    port = localfleet.free_port()
+    fleet = localfleet.start(root, 0, port, nodes=nodes(), server_args=("--require-image",))
     try:
-        fleet = localfleet.start(
-            root, 0, localfleet.free_port(), nodes=nodes(), server_args=("--require-image",)
-        )
         localfleet.wait_ready(fleet)
-        console.print("fleet up: 2 GPU hosts (16 GPUs), a CPU node, a storage node; podman")
-        ok = _tell(console, fleet)
-    except (FleetError, DemoError, ApiFailure) as e:
-        console.print(f"[bold red]error[/] {e}", highlight=False)
-    finally:
-        if fleet is not None:
-            stop_fleet(console, fleet)
-        if ok:
-            shutil.rmtree(root, ignore_errors=True)
-        else:
-            console.print(f"logs kept in {root / 'logs'}", highlight=False)
-    console.print(f"the demo took {time.monotonic() - began:.0f} s", highlight=False)
-    return 0 if ok else 1
+    except BaseException:
+        stop_fleet(console, fleet)
+        raise
+    console.print("fleet up: 2 GPU hosts (16 GPUs), a CPU node, a storage node; podman")
+    return fleet
 
 
 def _tell(console: Console, fleet: LocalFleet) -> bool:
