@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from boltforge.agent.processes import safe_name
 from boltforge.wire.agent import ReplicaSpec
 
 log = logging.getLogger("boltforge.agent")
@@ -73,7 +74,7 @@ def collect(spec: ReplicaSpec, roots: Roots, spool: Path) -> list[str]:
         if not found:
             notes.append(f"output {declared} was not found")
         for source, rel in found:
-            target = spool / _safe(spec.replica) / _name(declared, rel)
+            target = spool / safe_name(spec.replica) / _name(declared, rel)
             _place(source, target)
     return notes
 
@@ -119,10 +120,6 @@ def _place(source: Path, target: Path) -> None:
         os.link(source, target)
     except OSError:
         shutil.copyfile(source, target)
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "_.-" else "_" for c in name) or "_"
 
 
 # Sends one file: (replica, artifact path, file, sha256) -> True once the server kept it or

@@ -38,6 +38,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from boltforge.agent.processes import ReplicaPaths, safe_name
+from boltforge.agent.processes import exit_fields as process_exit
 from boltforge.wire.agent import ReplicaSpec
 
 log = logging.getLogger("boltforge.agent")
@@ -63,16 +65,6 @@ ENGINE_ERRORS = {
 
 class EngineMissing(Exception):
     """The container engine asked for is not installed or does not answer."""
-
-
-@dataclass(frozen=True, slots=True)
-class ContainerFiles:
-    """The host side of a container's writable mounts and its env file."""
-
-    checkpoint: Path
-    progress: Path
-    scratch: Path
-    env_file: Path
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +94,7 @@ class Engine:
         self,
         spec: ReplicaSpec,
         name: str,
-        files: ContainerFiles,
+        files: ReplicaPaths,
         devices: list[str],
     ) -> list[str]:
         """The ``run`` command line for ``spec``'s replica as container ``name``."""
@@ -116,9 +108,8 @@ class Engine:
         if spec.memory_gb > 0:
             limit = f"{int(spec.memory_gb * 1024)}m"
             argv += ["--memory", limit, "--memory-swap", limit]
-        argv += ["--volume", f"{files.scratch}:{SCRATCH}:rw"]
-        argv += ["--volume", f"{files.checkpoint}:{CHECKPOINT}:rw"]
-        argv += ["--volume", f"{files.progress}:{PROGRESS}:rw"]
+        for inside, outside in {**mounts(files), PROGRESS: files.progress}.items():
+            argv += ["--volume", f"{outside}:{inside}:rw"]
         for device in devices:
             argv += ["--device", device]
         argv += ["--env-file", str(files.env_file), "--workdir", spec.cwd or SCRATCH]
@@ -168,10 +159,14 @@ class Engine:
         return proc.returncode or 0, out.decode(errors="replace")
 
 
+def mounts(files: ReplicaPaths) -> dict[str, Path]:
+    """The container's writable directories, as it sees them, to the host's."""
+    return {SCRATCH: files.scratch, CHECKPOINT: files.checkpoint}
+
+
 def container_name(spec: ReplicaSpec) -> str:
     """The container of ``spec``'s replica at its epoch (a valid container name)."""
-    safe = "".join(c if c.isalnum() or c in "_.-" else "_" for c in spec.replica)
-    return f"bolt-{safe}-e{spec.epoch}"
+    return f"bolt-{safe_name(spec.replica)}-e{spec.epoch}"
 
 
 def needs_network(spec: ReplicaSpec) -> bool:
@@ -226,21 +221,22 @@ def write_env_file(path: Path, env: Mapping[str, str]) -> None:
         f.writelines(f"{k}={v}\n" for k, v in env.items())
 
 
-def hand_over(files: ContainerFiles, user: str) -> None:
+def hand_over(files: ReplicaPaths, user: str) -> None:
     """Create the container's writable mounts and give them to its ``user`` (``UID:GID``),
     when the agent may (it runs as root); else they stay the agent's."""
-    files.scratch.mkdir(parents=True, exist_ok=True)
-    files.checkpoint.mkdir(parents=True, exist_ok=True)
+    folders = list(mounts(files).values())
+    for folder in folders:
+        folder.mkdir(parents=True, exist_ok=True)
     files.progress.parent.mkdir(parents=True, exist_ok=True)
     files.progress.touch()
     if os.geteuid() != 0:
         return
     uid, _, gid = user.partition(":")
-    for path in (files.scratch, files.checkpoint, files.progress):
+    for path in (*folders, files.progress):
         os.chown(path, int(uid), int(gid or uid))
 
 
-def remove_files(files: ContainerFiles) -> None:
+def remove_files(files: ReplicaPaths) -> None:
     """Remove the container's scratch directory and env file (the checkpoint stays)."""
     shutil.rmtree(files.scratch, ignore_errors=True)
     files.env_file.unlink(missing_ok=True)
@@ -269,9 +265,8 @@ def exit_words(code: int, killed_by_agent: bool, memory_gb: float, oom: bool) ->
 
 def exit_fields(code: int) -> tuple[int | None, int | None]:
     """``(exit_code, signal)`` for a container's exit code: 128 + N means killed by signal N
-    (what the engine reports for a container its signal ended)."""
-    if code < 0:
-        return None, -code
+    (what the engine reports for a container its signal ended); the client's own negative
+    code as for a process."""
     if 128 < code <= 128 + 64:
         return None, code - 128
-    return code, None
+    return process_exit(code)

@@ -31,15 +31,14 @@ from boltforge.agent.cleanup import (
     remove_shm,
 )
 from boltforge.agent.containers import (
-    CHECKPOINT,
     SCRATCH,
-    ContainerFiles,
     Engine,
     container_env,
     container_name,
     exit_words,
     gpu_devices,
     hand_over,
+    mounts,
     remove_files,
     write_env_file,
 )
@@ -160,7 +159,7 @@ class AgentRuntime:
                 f"load or build it here (`{engine.kind} load`, `{engine.kind} build`) or name "
                 "one the node has"
             )
-        files = _container_files(replica)
+        files = replica.paths
         devices = gpu_devices(spec.gpus)
         hand_over(files, engine.user)
         write_env_file(files.env_file, container_env(spec, env, devices))
@@ -262,7 +261,7 @@ class AgentRuntime:
         if cleanup:
             log.info("replica %s: %s", replica.name, cleanup)
         replica.done.set()
-        contained = replica.spec.image and self.engine is not None
+        contained = self._engine_for(replica) is not None
         exit_code, sig = container_exit(code) if contained else exit_fields(code)
         held = None if replica.term_at is None else round(ended - replica.term_at, 3)
         replica.collect(self.outbox)
@@ -286,13 +285,18 @@ class AgentRuntime:
         self.draining.append(replica)
         self.on_exit()
 
+    def _engine_for(self, replica: Replica) -> Engine | None:
+        """The engine ``replica`` runs on: this node's, when its spec names an image."""
+        return self.engine if replica.spec.image else None
+
     async def _container_words(self, replica: Replica, code: int) -> str:
         """What a container's exit means, in words (see ``containers.exit_words``); empty
         for a process, or an exit that needs none."""
-        if not replica.spec.image or self.engine is None:
+        engine = self._engine_for(replica)
+        if engine is None:
             return ""
         name = container_name(replica.spec)
-        oom = code == 137 and not replica.killed and await self.engine.oom_killed(name)
+        oom = code == 137 and not replica.killed and await engine.oom_killed(name)
         return exit_words(code, replica.killed, replica.spec.memory_gb, oom)
 
     async def _clean(self, replica: Replica, code: int) -> str:
@@ -317,9 +321,9 @@ class AgentRuntime:
         its declared outputs go to the artifact spool (``artifacts.collect``), then a
         container is removed, with its scratch directory and env file."""
         done.outputs = collect(replica.spec, self._roots(replica), self.work_dir / SPOOL)
-        if replica.spec.image and self.engine is not None:
-            await self.engine.remove(container_name(replica.spec))
-            remove_files(_container_files(replica))
+        if (engine := self._engine_for(replica)) is not None:
+            await engine.remove(container_name(replica.spec))
+            remove_files(replica.paths)
         done.shm = remove_shm(shm_prefix(replica.spec), held)
         if not self.hooks.epilogs:
             return
@@ -333,9 +337,8 @@ class AgentRuntime:
     def _roots(self, replica: Replica) -> Roots:
         """Where ``replica``'s declared outputs are on this host."""
         spec = replica.spec
-        if spec.image and self.engine is not None:
-            mounts = {SCRATCH: replica.paths.scratch, CHECKPOINT: replica.paths.checkpoint}
-            return Roots(mounts, spec.cwd or SCRATCH, container=True)
+        if self._engine_for(replica) is not None:
+            return Roots(mounts(replica.paths), spec.cwd or SCRATCH, container=True)
         return Roots({}, spec.cwd or os.getcwd(), container=False)
 
     # replicas left running by a previous run of the agent
@@ -421,8 +424,8 @@ class AgentRuntime:
         (the engine's client cannot pass SIGKILL on)."""
         assert replica.pid is not None
         replica.killed = True
-        if replica.spec.image and self.engine is not None:
-            self._spawn(self.engine.kill(container_name(replica.spec)))
+        if (engine := self._engine_for(replica)) is not None:
+            self._spawn(engine.kill(container_name(replica.spec)))
         else:
             signal_group(replica.pid, signal.SIGKILL)
 
@@ -439,11 +442,6 @@ class AgentRuntime:
     def cancel_tasks(self) -> None:
         for task in list(self._tasks):
             task.cancel()
-
-
-def _container_files(replica: Replica) -> ContainerFiles:
-    paths = replica.paths
-    return ContainerFiles(paths.checkpoint, paths.progress, paths.scratch, paths.env_file)
 
 
 def _which(entry: Launched) -> str:

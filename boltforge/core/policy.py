@@ -83,15 +83,8 @@ _ARRIVAL = Policy(
 POLICIES: dict[str, Policy] = {
     "default": Policy("default", size=SHORTEST_AGED),
     "fifo": _ARRIVAL.with_(name="fifo", strict_order=True),  # head-of-line blocking
-    "slurm-like": Policy(
-        "slurm-like",
-        ordering=Ordering.PRIORITY,
-        topology_aware=False,
-        backfill=Backfill.EASY,
-        reservations=1,
-        preemption=False,
-        elastic=False,
-        lookahead=0,
+    "slurm-like": _ARRIVAL.with_(
+        name="slurm-like", ordering=Ordering.PRIORITY, backfill=Backfill.EASY, reservations=1
     ),
     "greedy": _ARRIVAL.with_(name="greedy"),  # whatever fits starts, in arrival order
     "tiresias": Policy(

@@ -69,12 +69,12 @@ def download(job_id: str, name: str, who: People, rt: Rt) -> FileResponse:
     """One artifact's bytes, its sha256 in ``X-Sha256``."""
     with rt.db.session() as s:
         visible_job(s, job_id, who)
-    found = next((a for a in rt.artifacts.list(job_id) if a.name == name), None)
-    path = rt.artifacts.path(job_id, name)
-    if found is None or path is None:
+    found = rt.artifacts.find(job_id, name)
+    if found is None:
         raise ApiError(
             404,
             f"job {job_id} has no artifact {name}. To fix: list them with "
             f"`bolt artifacts {job_id}`",
         )
-    return FileResponse(path, headers={"X-Sha256": found.sha256})
+    artifact, path = found
+    return FileResponse(path, headers={"X-Sha256": artifact.sha256})

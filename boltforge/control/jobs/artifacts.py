@@ -57,11 +57,10 @@ class ArtifactStore:
         data = json.loads(manifest.read_text())
         return sorted((Artifact.model_validate(a) for a in data), key=lambda a: a.name)
 
-    def path(self, job: str, name: str) -> Path | None:
-        """Where artifact ``name`` of ``job`` is on disk (None when there is no such one)."""
-        if not any(a.name == name for a in self.list(job)):
-            return None
-        return self._files(job) / name
+    def find(self, job: str, name: str) -> tuple[Artifact, Path] | None:
+        """Artifact ``name`` of ``job`` and where it is on disk (None when there is none)."""
+        found = next((a for a in self.list(job) if a.name == name), None)
+        return None if found is None else (found, self._files(job) / name)
 
     async def put(
         self,

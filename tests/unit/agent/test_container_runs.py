@@ -13,7 +13,6 @@ from boltforge.agent.containers import (
     CHECKPOINT,
     PROGRESS,
     SCRATCH,
-    ContainerFiles,
     Engine,
     EngineMissing,
     container_env,
@@ -24,6 +23,7 @@ from boltforge.agent.containers import (
     needs_network,
     write_env_file,
 )
+from boltforge.agent.processes import ReplicaPaths
 from boltforge.wire.agent import ReplicaSpec
 
 IMAGE = "registry.acme.com/train:1"
@@ -42,8 +42,10 @@ def replica(**fields: object) -> ReplicaSpec:
     return ReplicaSpec.model_validate({**base, **fields})
 
 
-def files(tmp: Path) -> ContainerFiles:
-    return ContainerFiles(tmp / "ckpt", tmp / "p.jsonl", tmp / "scratch", tmp / "r.env")
+def files(tmp: Path) -> ReplicaPaths:
+    return ReplicaPaths(
+        tmp / "r.log", tmp / "p.jsonl", tmp / "ckpt", tmp / "scratch", tmp / "r.env"
+    )
 
 
 def option(argv: list[str], name: str) -> list[str]:
