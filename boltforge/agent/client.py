@@ -20,8 +20,11 @@ from pydantic import BaseModel, ValidationError
 from boltforge.tls import certificate_problem, verify_with
 from boltforge.wire.agent import (
     AgentReport,
+    DesiredChanges,
     DesiredState,
     Heartbeat,
+    Heartbeats,
+    HeartbeatsReply,
     Lease,
     Registration,
     ReportReply,
@@ -113,6 +116,17 @@ class ServerClient:
         """Long-poll: answered once the node's version passes ``since`` or after ``wait_s``."""
         path = f"{_node(node, 'desired')}?since={since}&wait={wait_s:g}"
         return await self._call("GET", path, DesiredState, None, wait_s + self.timeout_s)
+
+    async def heartbeats(self, beats: dict[str, Heartbeat], timeout_s: float) -> HeartbeatsReply:
+        """Many nodes' heartbeats in one call (a bridge speaking for a whole cluster)."""
+        body = Heartbeats(beats=beats)
+        return await self._call("POST", "/v1/agents/heartbeats", HeartbeatsReply, body, timeout_s)
+
+    async def desired_changes(self, since: int, wait_s: float) -> DesiredChanges:
+        """Long-poll: the desired states of the nodes changed after change ``since`` (every
+        node for -1), answered once there is one or after ``wait_s``."""
+        path = f"/v1/agents/desired?since={since}&wait={wait_s:g}"
+        return await self._call("GET", path, DesiredChanges, None, wait_s + self.timeout_s)
 
     async def report(self, node: str, body: AgentReport) -> ReportReply:
         return await self._call("POST", _node(node, "report"), ReportReply, body)

@@ -136,6 +136,32 @@ class DesiredState(_Wire):
     replicas: list[ReplicaSpec] = []
 
 
+class DesiredChanges(_Wire):
+    """``GET /v1/agents/desired?since=SEQ&wait=S``: the desired states of every node whose
+    intent may have changed after change number ``SEQ`` (all nodes when ``full``: ``SEQ`` was
+    -1 or too far behind), answered as soon as there is one or after ``S`` seconds. A backend
+    that speaks for many nodes (the Slurm and Kubernetes bridges) follows them all with one
+    long-poll; it passes the ``seq`` it got to the next call."""
+
+    seq: int
+    full: bool = False
+    nodes: list[DesiredState] = []
+
+
+class Heartbeats(_Wire):
+    """``POST /v1/agents/heartbeats``: many nodes' heartbeats in one call, by node name."""
+
+    beats: dict[str, Heartbeat]
+
+
+class HeartbeatsReply(_Wire):
+    """Each renewed node's lease; ``lost``: the nodes whose session is not current (each must
+    register again)."""
+
+    leases: dict[str, Lease] = {}
+    lost: list[str] = []
+
+
 class ReplicaEvent(_Wire):
     """Something that happened to a replica. ``started``: the process is up (``pid``).
     ``exited``: it ended (``exit_code``, or ``signal`` when killed); ``checkpoint_s`` is how

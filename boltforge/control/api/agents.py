@@ -6,6 +6,7 @@ FastAPI dependencies, whose per-request bookkeeping costs more than the check.""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -13,11 +14,15 @@ from fastapi import APIRouter, Query, Request
 from boltforge.control.api.deps import role
 from boltforge.control.api.errors import ERRORS, ApiError
 from boltforge.control.nodes import agents as protocol
+from boltforge.control.notify import ANY
 from boltforge.control.runtime import Runtime
 from boltforge.wire.agent import (
     AgentReport,
+    DesiredChanges,
     DesiredState,
     Heartbeat,
+    Heartbeats,
+    HeartbeatsReply,
     Lease,
     Registration,
     ReportReply,
@@ -53,6 +58,56 @@ async def heartbeat(node: str, hb: Heartbeat, request: Request) -> Lease:
         return await rt.feed.heartbeat(node, hb, rt.clock())
     except protocol.SessionMismatch:
         raise ApiError(409, _REREGISTER) from None
+
+
+@router.post("/heartbeats")
+async def heartbeats(body: Heartbeats, request: Request) -> HeartbeatsReply:
+    """Renew many nodes' leases in one call (a bridge speaking for a whole cluster); each is
+    applied as its own heartbeat, all in the same group commit. A node whose session is not
+    current is listed in ``lost``: it must register again."""
+    await agent(request)
+    rt = _runtime(request)
+    now = rt.clock()
+    names = list(body.beats)
+    results = await asyncio.gather(
+        *(rt.feed.heartbeat(n, body.beats[n], now) for n in names), return_exceptions=True
+    )
+    reply = HeartbeatsReply()
+    for name, result in zip(names, results, strict=True):
+        if isinstance(result, Lease):
+            reply.leases[name] = result
+        elif isinstance(result, protocol.SessionMismatch):
+            reply.lost.append(name)
+        else:
+            raise result
+    return reply
+
+
+@router.get("/desired")
+async def desired_changes(
+    request: Request,
+    since: Annotated[int, Query(ge=-1)] = -1,
+    wait: Annotated[float, Query(ge=0, le=MAX_WAIT_S)] = 0.0,
+) -> DesiredChanges:
+    """The desired states of the nodes whose intent may have changed after change ``since``
+    (every node when ``since`` is -1 or too old), held open up to ``wait`` s until one has."""
+    await agent(request)
+    rt = _runtime(request)
+    deadline = rt.clock() + wait
+    while True:
+        seen = rt.notifier.count(ANY)
+        seq, keys = rt.notifier.since(since) if since >= 0 else (rt.notifier.seq, None)
+        if keys is None:
+            with rt.mirror.reading():
+                names = list(rt.mirror.nodes)
+        else:
+            names = sorted(k[5:] for k in keys if k.startswith("node:"))
+        states = [s for s in (protocol.desired(rt.mirror, n) for n in names) if s is not None]
+        left = deadline - rt.clock()
+        if states or keys is None or left <= 0:
+            return DesiredChanges(seq=seq, full=keys is None, nodes=states)
+        since = seq
+        await rt.notifier.wait(ANY, seen, left)
 
 
 @router.get("/{node}/desired")

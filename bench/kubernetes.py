@@ -1,0 +1,254 @@
+"""Boltforge as a Kubernetes scheduler at fleet scale: 1,024 nodes of 8 GPUs in racks of 16,
+2,000 pods in gangs, the real ``bolt kube-scheduler`` and ``bolt server`` processes, and the
+test suite's API server in a process of its own (no kube-apiserver can be installed here;
+its kubelet is emulated, so bound pods run and evicted pods leave at once).
+
+- **register_s**: from the nodes' creation until all are registered with the server.
+- **background_bind_s**: 250 gangs of 8 pods of 2 GPUs (2,000 pods), created at once, until
+  every pod is bound.
+- **gang_bind_ms**: a 64-pod gang (a PodGroup and 64 pods of 1 GPU) timed from its last
+  pod's creation until all 64 are bound, as a watch sees them. ``--gangs`` of them, one at a
+  time. Target: p50 under 100 ms.
+- **preempt_ms**: the rest of the fleet filled with low-priority gangs, then a high-priority
+  64-pod gang: from its last pod's creation until the first eviction is seen (a victim pod
+  marked for deletion), and **preempt_bind_ms** until the high gang is bound. ``--rounds``.
+
+``--json`` prints the figures as one object. Figures depend on the machine; nothing here
+asserts them.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Run as ``python bench/kubernetes.py``, this file's folder comes first on the path and its
+# name would hide the ``kubernetes`` client package.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
+
+import argparse
+import json
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import kubernetes.client as client
+import kubernetes.config as config
+import numpy as np
+
+from boltforge.kube import model
+from boltforge.kube.informer import Informer
+from boltforge.testing.kube_builders import CLASSES, node_json, pod_group_json, pod_json
+from boltforge.testing.kube_fleet import PREEMPT_AT_ONCE, client_create
+from boltforge.testing.processes import LocalCluster, bolt, child_env, spawn, wait_until
+
+NODES, RACK = 1024, 16
+
+
+def pct(values: list[float]) -> dict[str, float]:
+    return {
+        "p50": round(float(np.percentile(values, 50)), 1),
+        "p99": round(float(np.percentile(values, 99)), 1),
+    }
+
+
+class Watcher:
+    """Every pod, as a watch sees it; ``until`` waits for a condition on them."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.changed = threading.Condition()
+        self.informer: Informer[model.KubePod] = Informer(
+            "pods", client.CoreV1Api(api).list_pod_for_all_namespaces, model.pod, self._poke
+        )
+        self.informer.start()
+        self.informer.synced.wait(30)
+
+    def _poke(self) -> None:
+        with self.changed:
+            self.changed.notify_all()
+
+    def until(self, check: Callable[[dict[str, model.KubePod]], bool], timeout: float) -> float:
+        """Wait until ``check`` holds on the pods; the monotonic time it was seen."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while True:
+                if check(self.informer.snapshot()):
+                    return time.monotonic()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("pods did not reach the state in time")
+                self.changed.wait(min(left, 0.5))
+
+
+def create_all(api: client.ApiClient, objs: list[dict[str, Any]], workers: int = 16) -> None:
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(lambda o: client_create(api, o), objs))
+
+
+def gang_objs(
+    name: str,
+    pods: int,
+    gpus: int,
+    *,
+    priority: str = "",
+    group: bool = True,
+    namespace: str = "bench",
+) -> list[dict[str, Any]]:
+    objs: list[dict[str, Any]] = []
+    if group:
+        objs.append(pod_group_json(name, pods, namespace))
+    for i in range(pods):
+        objs.append(
+            pod_json(
+                f"{name}-{i}",
+                namespace=namespace,
+                gpus=gpus,
+                priority_class=priority,
+                group=name if group else None,
+                gang=None if group else (name, pods),
+            )
+        )
+    return objs
+
+
+def bound(names: list[str]) -> Callable[[dict[str, model.KubePod]], bool]:
+    def check(pods: dict[str, model.KubePod]) -> bool:
+        return all((p := pods.get(f"bench/{n}")) is not None and p.bound for n in names)
+
+    return check
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gangs", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    data = Path(tempfile.mkdtemp(prefix="bench-kube-"))
+    kubeconfig = data / "kubeconfig"
+    kube = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "boltforge.testing.kubeapi",
+            "--port",
+            "0",
+            "--kubeconfig",
+            str(kubeconfig),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert kube.stdout is not None
+    kube.stdout.readline()
+    result: dict[str, Any] = {"nodes": NODES, "gpus": NODES * 8}
+    try:
+        with LocalCluster(data, hosts=0, server_args=[*PREEMPT_AT_ONCE]) as server:
+            conf = client.Configuration()
+            config.load_kube_config(config_file=str(kubeconfig), client_configuration=conf)
+            conf.connection_pool_maxsize = 32
+            api = client.ApiClient(conf)
+            run(api, server, data, kubeconfig, args, result)
+    finally:
+        kube.terminate()
+        kube.wait(10)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for k, v in result.items():
+            print(f"{k:>20}: {v}")
+
+
+def run(
+    api: client.ApiClient,
+    server: LocalCluster,
+    data: Path,
+    kubeconfig: Path,
+    args: argparse.Namespace,
+    result: dict[str, Any],
+) -> None:
+    t0 = time.monotonic()
+    create_all(api, [node_json(f"n{i:04d}", rack=f"r{i // RACK:02d}") for i in range(NODES)])
+    cmd = [
+        *bolt(),
+        "kube-scheduler",
+        "--server",
+        server.url,
+        "--token",
+        server.admin_token,
+        "--kubeconfig",
+        str(kubeconfig),
+        "--no-leader-election",
+    ]
+    sched = spawn(cmd, data / "scheduler.log", child_env(data))
+    try:
+        bf = server.client()
+        wait_until(lambda: len(bf.nodes().nodes) == NODES, 300, "nodes to register")
+        result["register_s"] = round(time.monotonic() - t0, 1)
+        create_all(api, CLASSES)
+        watch = Watcher(api)
+        background = [
+            o
+            for g in range(250)
+            for o in gang_objs(f"bg{g:03d}", 8, 2, priority="low", group=False)
+        ]
+        t0 = time.monotonic()
+        create_all(api, background)
+        names = [o["metadata"]["name"] for o in background if o["kind"] == "Pod"]
+        result["background_bind_s"] = round(watch.until(bound(names), 600) - t0, 1)
+        result["gang_bind_ms"] = pct(
+            [gang_bind(api, watch, f"g{i:02d}") for i in range(args.gangs)]
+        )
+        fill(api, watch)
+        rounds = [preempt(api, watch, f"hi{i}") for i in range(args.rounds)]
+        result["preempt_ms"] = pct([r[0] for r in rounds])
+        result["preempt_bind_ms"] = pct([r[1] for r in rounds])
+    finally:
+        sched.stop()
+
+
+def gang_bind(api: client.ApiClient, watch: Watcher, name: str) -> float:
+    objs = gang_objs(name, 64, 1)
+    create_all(api, objs)
+    t0 = time.monotonic()
+    names = [o["metadata"]["name"] for o in objs if o["kind"] == "Pod"]
+    return (watch.until(bound(names), 60) - t0) * 1000
+
+
+def fill(api: client.ApiClient, watch: Watcher) -> None:
+    """Low-priority annotation gangs of 8 pods of 8 GPUs into the free nodes."""
+    used = sum(p.gpus for p in watch.informer.snapshot().values() if p.bound)
+    free_nodes = (NODES * 8 - used) // 8
+    objs = [
+        o
+        for g in range(free_nodes // 8)
+        for o in gang_objs(f"fill{g:03d}", 8, 8, priority="low", group=False)
+    ]
+    create_all(api, objs)
+    names = [o["metadata"]["name"] for o in objs]
+    watch.until(bound(names), 300)
+
+
+def preempt(api: client.ApiClient, watch: Watcher, name: str) -> tuple[float, float]:
+    before = {k for k, p in watch.informer.snapshot().items() if p.deleting}
+    objs = gang_objs(name, 64, 1, priority="high")
+    create_all(api, objs)
+    t0 = time.monotonic()
+    names = [o["metadata"]["name"] for o in objs if o["kind"] == "Pod"]
+    known = set(watch.informer.snapshot())
+
+    def evicting(pods: dict[str, model.KubePod]) -> bool:
+        gone = known - set(pods)
+        return bool(gone) or any(p.deleting and k not in before for k, p in pods.items())
+
+    evicted = watch.until(evicting, 60)
+    placed = watch.until(bound(names), 60)
+    return (evicted - t0) * 1000, (placed - t0) * 1000
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""Pods into gangs: which pods are placed together, and whether a gang is ready to place.
+
+A pod belongs to the gang of its PodGroup (the ``scheduling.x-k8s.io/pod-group`` label, as
+the coscheduling plugin uses; the gang is ready once ``minMember`` of its pods wait), else to
+the gang its ``boltforge.io/gang`` annotation names (ready once ``boltforge.io/gang-size`` of
+them wait), else it is a gang of one. Pure functions over the informers' snapshots."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from boltforge.kube.model import GANG, GANG_SIZE, Budget, KubePod, PodGroup, selects
+from boltforge.kube.translate import name_of
+
+
+@dataclass(frozen=True, order=True)
+class GangKey:
+    namespace: str
+    kind: str  # podgroup, gang or pod
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass
+class Gang:
+    """A gang's pods (all of them, in any phase) and how many must wait before it is placed
+    (None: its PodGroup does not exist)."""
+
+    key: GangKey
+    pods: list[KubePod] = field(default_factory=list)
+    min_member: int | None = 1
+    group_uid: str = ""
+
+    @property
+    def waiting(self) -> list[KubePod]:
+        """Pods not yet bound and not being deleted, in name order."""
+        return sorted(
+            (p for p in self.pods if not p.bound and not p.deleting and not p.finished),
+            key=lambda p: p.name,
+        )
+
+    def not_ready(self) -> str | None:
+        """Why the gang cannot be placed yet (None: it can)."""
+        if self.min_member is None:
+            return (
+                f"PodGroup {self.key.name} does not exist in namespace {self.key.namespace}; "
+                "create it (scheduling.x-k8s.io/v1alpha1) or remove the pod-group label"
+            )
+        have = len(self.waiting)
+        if have < self.min_member:
+            what = "PodGroup" if self.key.kind == "podgroup" else f"{GANG_SIZE} of gang"
+            return (
+                f"waiting for its gang: {have} of the {self.min_member} pods its {what} "
+                f"{self.key.name} needs exist; nothing is bound until all do"
+            )
+        return None
+
+    def idempotency_key(self) -> str:
+        """The same for the same gang whichever scheduler replica submits it."""
+        anchor = self.group_uid
+        if not anchor:
+            uids = sorted(p.uid for p in self.waiting)
+            anchor = hashlib.sha256(",".join(uids).encode()).hexdigest()[:32]
+        return f"k8s/{self.key.namespace}/{self.key.kind}/{self.key.name}/{anchor}"[:200]
+
+    def job_name(self) -> str:
+        return name_of(f"{self.key.namespace}-{self.key.name}", "gang")
+
+
+def key_of(pod: KubePod) -> GangKey:
+    if pod.pod_group:
+        return GangKey(pod.namespace, "podgroup", pod.pod_group)
+    if GANG in pod.annotations:
+        return GangKey(pod.namespace, "gang", pod.annotations[GANG])
+    return GangKey(pod.namespace, "pod", pod.name)
+
+
+def gangs(pods: Iterable[KubePod], groups: Mapping[str, PodGroup]) -> dict[GangKey, Gang]:
+    """Every gang of ``pods`` (the scheduler's own pods), with its readiness rule."""
+    out: dict[GangKey, Gang] = {}
+    for pod in pods:
+        key = key_of(pod)
+        gang = out.get(key)
+        if gang is None:
+            gang = out[key] = Gang(key)
+            if key.kind == "podgroup":
+                group = groups.get(f"{key.namespace}/{key.name}")
+                gang.min_member = group.min_member if group else None
+                gang.group_uid = group.uid if group else ""
+            elif key.kind == "gang":
+                gang.min_member = _size(pod.annotations.get(GANG_SIZE))
+        gang.pods.append(pod)
+    return out
+
+
+def _size(text: str | None) -> int:
+    try:
+        return max(1, int(text or "1"))
+    except ValueError:
+        return 1
+
+
+def preemptible(gang: Gang, budgets: Iterable[Budget], pods: Iterable[KubePod]) -> bool:
+    """Whether Boltforge may bump the whole gang: no PodDisruptionBudget covering its pods
+    allows fewer disruptions than the number of its pods it covers (evicting a gang is
+    all-or-nothing; a budget that would refuse part of it protects all of it)."""
+    mine = [p for p in gang.waiting]
+    everyone = [p for p in pods if not p.deleting]
+    for b in budgets:
+        if b.namespace != gang.key.namespace:
+            continue
+        covered = sum(1 for p in mine if selects(b.selector, p.labels))
+        if not covered:
+            continue
+        expected = sum(
+            1 for p in everyone if p.namespace == b.namespace and selects(b.selector, p.labels)
+        )
+        if b.allowed(expected) < covered:
+            return False
+    return True

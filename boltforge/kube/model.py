@@ -1,0 +1,267 @@
+"""What the Kubernetes API says, parsed: Nodes, Pods, PodGroups and PriorityClasses from
+their JSON (as the API server sends them; the client's model classes are not used, they
+cost more to build than the whole pass). Pure functions; nothing here calls the API."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+GPU = "nvidia.com/gpu"
+PRODUCT = "nvidia.com/gpu.product"
+GPU_MEMORY = "nvidia.com/gpu.memory"  # MiB, from GPU feature discovery
+GPU_COUNT = "nvidia.com/gpu.count"
+POD_GROUP_LABELS = ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io")
+GANG = "boltforge.io/gang"
+GANG_SIZE = "boltforge.io/gang-size"
+ROLE = "boltforge.io/role"
+TEAM = "boltforge.io/team"
+REPLICA = "boltforge.io/replica"  # written on a pod by its binding: the replica it runs
+JOB = "boltforge.io/job"
+_SUFFIX = {
+    "": 1.0,
+    "m": 1e-3,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "Ki": 2.0**10,
+    "Mi": 2.0**20,
+    "Gi": 2.0**30,
+    "Ti": 2.0**40,
+}
+_QUANTITY = re.compile(r"^([0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
+
+
+def quantity(text: object) -> float:
+    """A Kubernetes quantity (``500m``, ``16Gi``, ``8``) as a number; 0 when unreadable."""
+    m = _QUANTITY.match(str(text).strip())
+    if m is None or m.group(2) not in _SUFFIX:
+        return 0.0
+    return float(m.group(1)) * _SUFFIX[m.group(2)]
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    effect: str
+
+
+@dataclass(frozen=True)
+class KubeNode:
+    """A Node: its allocatable GPUs, CPUs and memory, labels, whether it is Ready and whether
+    new pods may land on it (``unschedulable``, taints)."""
+
+    name: str
+    gpus: int
+    cpus: int
+    memory_gb: float
+    labels: Mapping[str, str]
+    ready: bool
+    unschedulable: bool
+    taints: tuple[Taint, ...]
+    address: str
+
+    @property
+    def product(self) -> str:
+        return self.labels.get(PRODUCT, "")
+
+    @property
+    def gpu_memory_gb(self) -> float:
+        mib = quantity(self.labels.get(GPU_MEMORY, "0"))
+        return round(mib / 1024, 1)
+
+
+@dataclass(frozen=True)
+class KubePod:
+    """A Pod as the scheduler sees it: who schedules it, where it is bound, its phase, what
+    it asks (GPUs, CPUs, memory), how it is grouped, and how it ended."""
+
+    namespace: str
+    name: str
+    uid: str
+    scheduler: str
+    node: str
+    phase: str
+    gpus: int
+    cpus: float
+    memory_gb: float
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    priority_class: str
+    deleting: bool
+    exit_code: int | None
+    grace_s: float | None
+    created: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    @property
+    def bound(self) -> bool:
+        return bool(self.node)
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def pod_group(self) -> str | None:
+        return next((self.labels[k] for k in POD_GROUP_LABELS if k in self.labels), None)
+
+
+@dataclass(frozen=True)
+class PodGroup:
+    """A ``scheduling.x-k8s.io/v1alpha1`` PodGroup: its pods are one gang of ``min_member``."""
+
+    namespace: str
+    name: str
+    uid: str
+    min_member: int
+
+
+@dataclass(frozen=True)
+class PriorityClass:
+    name: str
+    value: int
+    labels: Mapping[str, str]
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta: Mapping[str, Any] = obj.get("metadata") or {}
+    return meta
+
+
+def node(obj: Mapping[str, Any]) -> KubeNode:
+    meta, spec, status = _meta(obj), obj.get("spec") or {}, obj.get("status") or {}
+    alloc = status.get("allocatable") or status.get("capacity") or {}
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    addresses = {a.get("type"): a.get("address") for a in status.get("addresses") or []}
+    return KubeNode(
+        name=meta.get("name", ""),
+        gpus=int(quantity(alloc.get(GPU, 0))),
+        cpus=max(1, int(quantity(alloc.get("cpu", 1)))),
+        memory_gb=max(0.1, round(quantity(alloc.get("memory", 2**30)) / 2**30, 1)),
+        labels=dict(meta.get("labels") or {}),
+        ready=conditions.get("Ready") == "True",
+        unschedulable=bool(spec.get("unschedulable")),
+        taints=tuple(
+            Taint(t.get("key", ""), t.get("effect", "")) for t in spec.get("taints") or []
+        ),
+        address=addresses.get("InternalIP") or addresses.get("Hostname") or meta.get("name", ""),
+    )
+
+
+def pod(obj: Mapping[str, Any]) -> KubePod:
+    meta, spec, status = _meta(obj), obj.get("spec") or {}, obj.get("status") or {}
+    gpus = cpus = memory = 0.0
+    for c in spec.get("containers") or []:
+        res = c.get("resources") or {}
+        limits, requests = res.get("limits") or {}, res.get("requests") or {}
+        gpus += quantity(limits.get(GPU, requests.get(GPU, 0)))
+        cpus += quantity(requests.get("cpu", limits.get("cpu", 0)))
+        memory += quantity(requests.get("memory", limits.get("memory", 0)))
+    grace = spec.get("terminationGracePeriodSeconds")
+    return KubePod(
+        namespace=meta.get("namespace", "default"),
+        name=meta.get("name", ""),
+        uid=meta.get("uid", ""),
+        scheduler=spec.get("schedulerName", "default-scheduler"),
+        node=spec.get("nodeName") or "",
+        phase=status.get("phase", "Pending"),
+        gpus=int(gpus),
+        cpus=round(cpus, 3),
+        memory_gb=round(memory / 2**30, 3),
+        labels=dict(meta.get("labels") or {}),
+        annotations=dict(meta.get("annotations") or {}),
+        priority_class=spec.get("priorityClassName") or "",
+        deleting=bool(meta.get("deletionTimestamp")),
+        exit_code=_exit_code(status),
+        grace_s=float(grace) if grace is not None else None,
+        created=meta.get("creationTimestamp", ""),
+    )
+
+
+def _exit_code(status: Mapping[str, Any]) -> int | None:
+    """The worst exit code of the pod's terminated containers (None while none ended)."""
+    codes = [
+        int(term["exitCode"])
+        for cs in status.get("containerStatuses") or []
+        if (term := (cs.get("state") or {}).get("terminated")) and "exitCode" in term
+    ]
+    return max(codes, key=abs) if codes else None
+
+
+def pod_group(obj: Mapping[str, Any]) -> PodGroup:
+    meta, spec = _meta(obj), obj.get("spec") or {}
+    return PodGroup(
+        namespace=meta.get("namespace", "default"),
+        name=meta.get("name", ""),
+        uid=meta.get("uid", ""),
+        min_member=int(spec.get("minMember") or 1),
+    )
+
+
+def priority_class(obj: Mapping[str, Any]) -> PriorityClass:
+    meta = _meta(obj)
+    return PriorityClass(meta.get("name", ""), int(obj.get("value") or 0), meta.get("labels") or {})
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A ``policy/v1`` PodDisruptionBudget: its selector and how many of its pods must stay
+    (``min_available``) or may go (``max_unavailable``), each a count or a percentage."""
+
+    namespace: str
+    name: str
+    selector: Mapping[str, Any]
+    min_available: str | None
+    max_unavailable: str | None
+
+    def allowed(self, expected: int) -> int:
+        """Disruptions it allows when all ``expected`` pods it selects are healthy."""
+        if self.max_unavailable is not None:
+            return _count(self.max_unavailable, expected, up=True)
+        if self.min_available is not None:
+            return max(0, expected - _count(self.min_available, expected, up=True))
+        return expected
+
+
+def _count(value: str, total: int, *, up: bool) -> int:
+    if value.endswith("%"):
+        share = float(value[:-1]) * total / 100
+        return int(-(-share // 1)) if up else int(share)
+    return int(value)
+
+
+def budget(obj: Mapping[str, Any]) -> Budget:
+    meta, spec = _meta(obj), obj.get("spec") or {}
+    low, high = spec.get("minAvailable"), spec.get("maxUnavailable")
+    return Budget(
+        namespace=meta.get("namespace", "default"),
+        name=meta.get("name", ""),
+        selector=spec.get("selector") or {},
+        min_available=None if low is None else str(low),
+        max_unavailable=None if high is None else str(high),
+    )
+
+
+def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """A LabelSelector (``matchLabels``, ``matchExpressions``) against ``labels``; an empty
+    selector selects everything, as a PodDisruptionBudget's does in ``policy/v1``."""
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        has = key in labels
+        if op == "In" and (not has or labels[key] not in values):
+            return False
+        if op == "NotIn" and has and labels[key] in values:
+            return False
+        if (op == "Exists" and not has) or (op == "DoesNotExist" and has):
+            return False
+    return True

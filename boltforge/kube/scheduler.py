@@ -1,0 +1,584 @@
+"""The Kubernetes scheduler: pods that name ``schedulerName: boltforge`` placed as gangs.
+
+Informers (``informer.py``) keep Nodes, the scheduler's Pods, PodGroups, PriorityClasses and
+PodDisruptionBudgets in memory. While this replica holds the Lease (``leader.py``), each pass:
+
+1. registers every Ready node with its inventory (``translate.inventory``) over the agent
+   protocol and renews their leases in one batched heartbeat; a node that is not Ready is let
+   go (its lease runs out and the server writes its replicas off); an unschedulable or
+   tainted node is cordoned;
+2. submits each gang whose pods are all there (``gangs.py``) as a Boltforge job, keyed so a
+   gang is never submitted twice, whichever replica submits it;
+3. carries out the server's intent, which it follows with one long-poll for all nodes: a
+   gang bound to nodes has its pods bound there through ``pods/binding`` (all of them, or
+   none until every pod exists); a replica to stop has its pod evicted through the Eviction
+   API, which honours PodDisruptionBudgets and the pod's grace;
+4. reports what the kubelet did: Running is ``started``, Succeeded or Failed is ``exited``
+   with the exit code, a pod gone after its eviction is ``exited`` by the checkpoint signal;
+5. writes why each waiting pod waits (``PodScheduled=False`` and a ``FailedScheduling``
+   event) and, for every pod it binds, a ``Scheduled`` event naming the placement.
+
+The scheduler never decides where anything runs: the server's core does, as for every other
+backend (``control/nodes/backend.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi, PolicyV1Api, SchedulingV1Api
+from kubernetes.client.exceptions import ApiException
+
+from boltforge.agent.client import AgentClientError, ServerClient, SessionLost
+from boltforge.client import ApiFailure, Client
+from boltforge.kube import model
+from boltforge.kube.actions import KubeWrites
+from boltforge.kube.gangs import Gang, GangKey, gangs, key_of, preemptible
+from boltforge.kube.informer import Informer
+from boltforge.kube.leader import LeaderElector
+from boltforge.kube.model import JOB, REPLICA, KubePod
+from boltforge.kube.state import Placed, SchedulerState, adopted
+from boltforge.kube.translate import (
+    COMMAND,
+    Labels,
+    Unplaceable,
+    cordoned,
+    inventory,
+    job_spec,
+    priority,
+    shape,
+)
+from boltforge.wire.agent import AgentReport, Heartbeat, Registration, ReplicaSpec
+from boltforge.wire.jobs import TERMINAL, SubmitRequest
+
+log = logging.getLogger("boltforge.kube")
+NOT_FROM_KUBE = (
+    "these nodes are scheduled through Kubernetes, which runs only pods; create the job's "
+    "pods with schedulerName: boltforge"
+)
+
+
+@dataclass(frozen=True)
+class Options:
+    """How the scheduler runs (``bolt kube scheduler`` flags)."""
+
+    scheduler_name: str = "boltforge"
+    labels: Labels = field(default_factory=Labels)
+    node_selector: str = ""
+    grace_s: float = 30.0
+    poll_s: float = 0.5
+    words_every_s: float = 2.0
+    wait_s: float = 20.0
+    workers: int = 32
+
+
+class KubeScheduler:
+    """Runs until cancelled (see the module docstring). ``agents`` speaks the agent protocol
+    for every node and ``api`` is the job API, both with an admin token; ``elector`` decides
+    who acts (None: this replica always does)."""
+
+    def __init__(
+        self,
+        client: ApiClient,
+        agents: ServerClient,
+        api: Client,
+        identity: str,
+        options: Options | None = None,
+        elector: LeaderElector | None = None,
+    ) -> None:
+        options = options or Options()
+        self.agents, self.api, self.options, self.elector = agents, api, options, elector
+        self.identity = identity
+        self.writes = KubeWrites(client, identity)
+        self.state = SchedulerState()
+        self.leading = elector is None
+        self._wake = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pool = ThreadPoolExecutor(options.workers, thread_name_prefix="kube-write")
+        self._words_pool = ThreadPoolExecutor(4, thread_name_prefix="kube-words")
+        self._words_task: asyncio.Future[None] | None = None
+        self._next_words = 0.0
+        core = CoreV1Api(client)
+        custom = CustomObjectsApi(client)
+        pods_of = {"field_selector": f"spec.schedulerName={options.scheduler_name}"}
+        nodes_of = {"label_selector": options.node_selector} if options.node_selector else {}
+        self.nodes = Informer("nodes", core.list_node, model.node, self.poke, selectors=nodes_of)
+        self.pods = Informer(
+            "pods", core.list_pod_for_all_namespaces, model.pod, self.poke, selectors=pods_of
+        )
+        self.groups = Informer(
+            "podgroups",
+            _custom_lister(custom, "scheduling.x-k8s.io", "v1alpha1", "podgroups"),
+            model.pod_group,
+            self.poke,
+        )
+        self.classes = Informer(
+            "priorityclasses",
+            SchedulingV1Api(client).list_priority_class,
+            model.priority_class,
+            self.poke,
+        )
+        self.budgets = Informer(
+            "poddisruptionbudgets",
+            PolicyV1Api(client).list_pod_disruption_budget_for_all_namespaces,
+            model.budget,
+            self.poke,
+        )
+        self.informers: list[Informer[Any]] = [
+            self.nodes,
+            self.pods,
+            self.groups,
+            self.classes,
+            self.budgets,
+        ]
+
+    def poke(self) -> None:
+        """Wake the loop (from any thread)."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._wake.set)
+
+    async def run(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        for informer in self.informers:
+            informer.start()
+        tasks = [asyncio.create_task(self._follow_desired())]
+        if self.elector is not None:
+            tasks.append(asyncio.create_task(self._elect(self.elector)))
+        try:
+            await asyncio.to_thread(_wait_synced, self.informers)
+            if self.leading:
+                self._take_over()
+            while True:
+                if self.leading:
+                    try:
+                        await self.step()
+                    except (AgentClientError, ApiFailure, ApiException, OSError) as e:
+                        log.warning("scheduler pass failed, retrying: %s", e)
+                        await asyncio.sleep(1.0)
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.options.poll_s)
+                self._wake.clear()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for informer in self.informers:
+                informer.stop()
+            if self.elector is not None:
+                await asyncio.to_thread(self.elector.release)
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._words_pool.shutdown(wait=False, cancel_futures=True)
+
+    async def _elect(self, elector: LeaderElector) -> None:
+        while True:
+            leading = await asyncio.to_thread(elector.try_once)
+            if leading and not self.leading:
+                self._take_over()
+            elif not leading and self.leading:
+                log.warning("%s stopped acting: it does not hold the lease", self.identity)
+                self.state = SchedulerState()
+            self.leading = leading
+            self._wake.set()
+            await asyncio.sleep(elector.retry_s)
+
+    def _take_over(self) -> None:
+        """Start leading: forget the last leader's sessions, adopt the bound pods."""
+        self.state = SchedulerState()
+        for pod in self.pods.snapshot().values():
+            placed = adopted(pod)
+            if placed is not None:
+                self.state.placed[placed.replica] = placed
+                self.state.link(key_of(pod), placed.job)
+        log.info("%s leads: adopted %d bound pods", self.identity, len(self.state.placed))
+
+    async def step(self) -> None:
+        """One pass (see the module docstring)."""
+        nodes = self.nodes.snapshot()
+        pods = self.pods.snapshot()
+        await self._sync_nodes(nodes)
+        all_gangs = gangs(pods.values(), self.groups.snapshot())
+        await self._intake(all_gangs, pods, nodes)
+        await self._start(all_gangs)
+        await self._stop()
+        self._observe(pods)
+        await self._heartbeats()
+        await self._flush()
+        await self._forget(all_gangs)
+        now = time.monotonic()
+        if now >= self._next_words and (self._words_task is None or self._words_task.done()):
+            self._next_words = now + self.options.words_every_s
+            self._words_task = asyncio.ensure_future(self._words(all_gangs))
+
+    # nodes
+
+    async def _sync_nodes(self, nodes: Mapping[str, model.KubeNode]) -> None:
+        for name in [n for n in self.state.leases if n not in nodes or not nodes[n].ready]:
+            del self.state.leases[name]
+            log.warning("node %s is not Ready: letting its lease run out", name)
+        new = [n for n in nodes.values() if n.ready and n.name not in self.state.leases]
+        sem = asyncio.Semaphore(64)
+
+        async def register(node: model.KubeNode) -> None:
+            async with sem:
+                inv = inventory(node, self.options.labels)
+                reg = Registration(
+                    inventory=inv, running=self.state.statuses(node.name), agent_version="k8s"
+                )
+                self.state.leases[node.name] = await self.agents.register(reg)
+
+        await asyncio.gather(*(register(n) for n in new))
+        for node in nodes.values():
+            await self._cordon(node)
+
+    async def _cordon(self, node: model.KubeNode) -> None:
+        blocked = cordoned(node, self.options.labels)
+        if blocked and node.name not in self.state.cordoned and node.name in self.state.leases:
+            await asyncio.to_thread(self.api.cordon, node.name)
+            self.state.cordoned.add(node.name)
+        elif not blocked and node.name in self.state.cordoned:
+            await asyncio.to_thread(self.api.uncordon, node.name)
+            self.state.cordoned.discard(node.name)
+
+    async def _heartbeats(self) -> None:
+        leases = self.state.leases
+        if not leases:
+            return
+        every = min(lease.heartbeat_s for lease in leases.values())
+        if time.monotonic() - self.state.beat_at < every:
+            return
+        self.state.beat_at = time.monotonic()
+        beats = {
+            n: Heartbeat(session=lease.session, running=self.state.statuses(n))
+            for n, lease in leases.items()
+        }
+        reply = await self.agents.heartbeats(beats, every * 2 + 5)
+        leases.update(reply.leases)
+        for name in reply.lost:
+            leases.pop(name, None)  # registered again on the next pass
+        for lease in reply.leases.values():
+            for replica in lease.stop:
+                placed = self.state.placed.get(replica)
+                if placed is not None and placed.evicted_at is None:
+                    await self._evict(placed, None)
+
+    # gangs in
+
+    async def _intake(
+        self,
+        all_gangs: Mapping[GangKey, Gang],
+        pods: Mapping[str, KubePod],
+        nodes: Mapping[str, model.KubeNode],
+    ) -> None:
+        largest = max((n.gpus for n in nodes.values()), default=0)
+        for key, gang in all_gangs.items():
+            if key in self.state.job_of or not gang.waiting or gang.not_ready():
+                continue
+            try:
+                spec = self._spec(gang, pods, largest)
+            except Unplaceable as e:
+                self.state.refused[key] = str(e)
+                continue
+            self.state.refused.pop(key, None)
+            req = SubmitRequest(spec=spec, source=f"kubernetes gang {key}")
+            try:
+                reply = await asyncio.to_thread(self.api.submit, req, gang.idempotency_key())
+            except ApiFailure as e:
+                if e.status >= 500:
+                    raise
+                fixes = "; ".join(f"{p.field}: {p.message}" for p in e.problems)
+                self.state.refused[key] = f"{e.message}{' (' + fixes + ')' if fixes else ''}"
+                continue
+            self.state.link(key, reply.job.id)
+            log.info("gang %s is Boltforge job %s", key, reply.job.id)
+
+    def _spec(self, gang: Gang, pods: Mapping[str, KubePod], largest: int) -> dict[str, Any]:
+        waiting = gang.waiting
+        grace = max((p.grace_s for p in waiting if p.grace_s is not None), default=None)
+        return job_spec(
+            gang.job_name(),
+            shape(waiting),
+            priority_class=priority(waiting[0], self.classes.snapshot()),
+            grace_s=grace if grace is not None else self.options.grace_s,
+            preemptible=preemptible(gang, self.budgets.snapshot().values(), pods.values()),
+            largest_node=largest,
+        )
+
+    # intent out
+
+    def _wanted(self, action: str) -> dict[tuple[str, int], dict[str, tuple[str, ReplicaSpec]]]:
+        out: dict[tuple[str, int], dict[str, tuple[str, ReplicaSpec]]] = defaultdict(dict)
+        for node, specs in self.state.desired.items():
+            for spec in specs:
+                if spec.action == action:
+                    out[(spec.job, spec.epoch)][spec.replica] = (node, spec)
+        return out
+
+    async def _start(self, all_gangs: Mapping[GangKey, Gang]) -> None:
+        taken = self.state.taken()
+        binds = []
+        for (job, epoch), wanted in self._wanted("run").items():
+            todo = {r: v for r, v in wanted.items() if r not in self.state.placed}
+            key = self.state.gang_of.get(job)
+            if not todo:
+                continue
+            if key is None:
+                self._foreign(job, todo)
+                continue
+            gang = all_gangs.get(key)
+            pods = _assign(todo, gang, taken) if gang is not None else None
+            if pods is None:
+                continue  # not every pod exists yet: bind none
+            for replica, (node, _) in todo.items():
+                placed = Placed(replica, job, epoch, pods[replica], node)
+                binds.append(placed)
+                taken.add(placed.pod.uid)
+        results = await asyncio.gather(*(self._bind(p) for p in binds))
+        scheduled = [p for p, ok in zip(binds, results, strict=True) if ok]
+        if scheduled:
+            self._say_scheduled(scheduled)
+
+    async def _bind(self, placed: Placed) -> bool:
+        notes = {REPLICA: placed.replica, JOB: placed.job}
+        loop = asyncio.get_running_loop()
+        why = await loop.run_in_executor(
+            self._pool, self.writes.bind, placed.pod, placed.node, notes
+        )
+        if why is not None:
+            log.warning("binding %s to %s failed: %s", placed.pod.name, placed.node, why)
+            return False
+        self.state.placed[placed.replica] = placed
+        return True
+
+    def _foreign(self, job: str, todo: Mapping[str, tuple[str, ReplicaSpec]]) -> None:
+        if job in self.state.foreign or any(s.command[:1] == [COMMAND] for _, s in todo.values()):
+            return
+        self.state.foreign.add(job)
+        for replica, (node, spec) in todo.items():
+            placed = Placed(replica, job, spec.epoch, _NO_POD, node)
+            self.state.outbox[node].append(placed.event("failed", detail=NOT_FROM_KUBE))
+
+    async def _stop(self) -> None:
+        for (_job, _epoch), wanted in self._wanted("stop").items():
+            for replica, (node, spec) in wanted.items():
+                placed = self.state.placed.get(replica)
+                if placed is None:
+                    if replica not in self.state.unstarted:  # bound, never started: stopped
+                        self.state.unstarted.add(replica)
+                        ev = Placed(replica, spec.job, spec.epoch, _NO_POD, node)
+                        self.state.outbox[node].append(ev.event("exited", signal=15))
+                elif placed.evicted_at is None and time.monotonic() >= placed.retry_at:
+                    await self._evict(placed, spec.grace_s)
+
+    async def _evict(self, placed: Placed, grace_s: float | None) -> None:
+        loop = asyncio.get_running_loop()
+        why = await loop.run_in_executor(self._pool, self.writes.evict, placed.pod, grace_s)
+        if why is None:
+            placed.evicted_at = time.monotonic()
+            log.info("evicted %s (%s)", placed.pod.name, placed.replica)
+            return
+        placed.retry_at = time.monotonic() + 5.0
+        text = f"Boltforge could not evict it for a more important gang: {why}"
+        self._say([placed.pod], "EvictionBlocked", text, "Warning")
+
+    # state back
+
+    def _observe(self, pods: Mapping[str, KubePod]) -> None:
+        for replica, placed in list(self.state.placed.items()):
+            pod = pods.get(f"{placed.pod.namespace}/{placed.pod.name}")
+            if pod is None or pod.uid != placed.pod.uid:
+                self._gone(placed)
+                del self.state.placed[replica]
+                continue
+            placed.pod = pod
+            if pod.phase == "Running" and not placed.started:
+                placed.started = True
+                self._queue(placed, "started")
+            elif pod.finished and not placed.exited:
+                if not placed.started:
+                    placed.started = True
+                    self._queue(placed, "started")
+                placed.exited = True
+                code = pod.exit_code if pod.exit_code is not None else int(pod.phase == "Failed")
+                self._queue(placed, "exited", exit_code=code)
+
+    def _gone(self, placed: Placed) -> None:
+        if placed.exited:
+            return
+        if not placed.started:
+            self._queue(placed, "started")
+        if placed.evicted_at is not None:
+            took = time.monotonic() - placed.evicted_at
+            self._queue(placed, "exited", signal=15, checkpoint_s=took)
+        else:  # deleted by someone else, or its node went away: to run again
+            self._queue(placed, "exited", signal=9, by_node=True)
+
+    def _queue(self, placed: Placed, kind: str, **extra: object) -> None:
+        self.state.outbox[placed.node].append(placed.event(kind, **extra))
+
+    async def _flush(self) -> None:
+        async def send(node: str) -> None:
+            lease = self.state.leases.get(node)
+            events = self.state.outbox.get(node)
+            if lease is None or not events:
+                return
+            self.state.outbox[node] = []
+            try:
+                await self.agents.report(node, AgentReport(session=lease.session, events=events))
+            except AgentClientError as e:
+                self.state.outbox[node] = events + self.state.outbox[node]
+                if not isinstance(e, SessionLost):
+                    raise
+                self.state.leases.pop(node, None)  # registered again on the next pass
+
+        await asyncio.gather(*(send(n) for n in list(self.state.outbox)))
+
+    async def _forget(self, all_gangs: Mapping[GangKey, Gang]) -> None:
+        """A gang with no pods left and no PodGroup is gone: cancel its job."""
+        groups = self.groups.snapshot()
+        for key, job in list(self.state.job_of.items()):
+            if key in all_gangs or f"{key.namespace}/{key.name}" in groups:
+                continue
+            del self.state.job_of[key]
+            self.state.gang_of.pop(job, None)
+            with suppress(ApiFailure):
+                detail = await asyncio.to_thread(self.api.job, job)
+                if detail.state not in TERMINAL:
+                    await asyncio.to_thread(self.api.cancel, job)
+                    log.info("gang %s is gone: cancelled Boltforge job %s", key, job)
+
+    async def _follow_desired(self) -> None:
+        since = -1
+        while True:
+            if not self.leading:
+                since = -1
+                await asyncio.sleep(0.5)
+                continue
+            try:
+                changes = await self.agents.desired_changes(since, self.options.wait_s)
+            except AgentClientError as e:
+                log.debug("desired states: %s", e)
+                await asyncio.sleep(1.0)
+                continue
+            mine = self.nodes.snapshot()
+            if changes.full:
+                self.state.desired = {}
+            for st in changes.nodes:
+                if st.node in mine:
+                    self.state.desired[st.node] = st.replicas
+            since = changes.seq
+            self._wake.set()
+
+    # words back
+
+    def _say_scheduled(self, placed: list[Placed]) -> None:
+        by_job: dict[str, list[Placed]] = defaultdict(list)
+        for p in placed:
+            by_job[p.job].append(p)
+        racks = {
+            n.name: n.labels.get(self.options.labels.rack, "")
+            for n in self.nodes.snapshot().values()
+        }
+        for job, members in by_job.items():
+            nodes = sorted({p.node for p in members})
+            where = sorted({racks.get(n) or "?" for n in nodes})
+            gang = self.state.gang_of.get(job)
+            for p in members:
+                text = (
+                    f"Boltforge placed {p.pod.namespace}/{p.pod.name} on {p.node}: gang {gang} "
+                    f"(job {job}, {len(members)} pods on {len(nodes)} nodes in rack "
+                    f"{','.join(where)})"
+                )
+                self._say([p.pod], "Scheduled", text)
+
+    def _say(self, pods: list[KubePod], reason: str, text: str, kind: str = "Normal") -> None:
+        for pod in pods:
+            self._words_pool.submit(_quietly, self.writes.event, pod, reason, text, kind)
+
+    async def _words(self, all_gangs: Mapping[GangKey, Gang]) -> None:
+        """Why each waiting pod waits, as ``PodScheduled=False`` and an event, when it
+        changed since it was last said."""
+        listed = {}
+        if self.state.job_of:
+            with suppress(ApiFailure, OSError):
+                listed = {j.id: j for j in (await asyncio.to_thread(self.api.jobs)).jobs}
+        for key, gang in all_gangs.items():
+            text, reason = self._why(key, gang, listed)
+            if not text:
+                continue
+            for pod in gang.waiting:
+                if self.state.said.get(pod.uid) == text:
+                    continue
+                self.state.said[pod.uid] = text
+                self._words_pool.submit(_quietly, self.writes.unschedulable, pod, reason, text)
+                self._words_pool.submit(
+                    _quietly, self.writes.event, pod, "FailedScheduling", text, "Warning"
+                )
+
+    def _why(self, key: GangKey, gang: Gang, listed: Mapping[str, Any]) -> tuple[str, str]:
+        if key in self.state.refused:
+            return f"boltforge: refused: {self.state.refused[key]}", "Unschedulable"
+        job = self.state.job_of.get(key)
+        if job is None:
+            why = gang.not_ready()
+            return (f"boltforge: {why}", "GangIncomplete") if why else ("", "")
+        summary = listed.get(job)
+        if summary is None or summary.state != "pending":
+            return "", ""
+        line = f" (#{summary.position} in line)" if summary.position is not None else ""
+        return f"boltforge: waiting{line}: {summary.reason or 'next pass'}", "Unschedulable"
+
+
+_NO_POD = model.pod({"metadata": {"name": "", "uid": ""}})
+
+
+def _assign(
+    todo: Mapping[str, tuple[str, ReplicaSpec]], gang: Gang, taken: set[str]
+) -> dict[str, KubePod] | None:
+    """A waiting pod of the right role for each replica to start, in rank order; None when
+    some replica has none (the gang is bound whole or not at all)."""
+    free: dict[str, list[KubePod]] = defaultdict(list)
+    try:
+        roles = shape([p for p in gang.waiting if p.uid not in taken]).roles
+    except Unplaceable:
+        return None
+    for role, pods in roles.items():
+        free[role].extend(pods)
+    out = {}
+    for replica, (_, spec) in sorted(todo.items(), key=lambda kv: _rank(kv[0])):
+        role = spec.env.get("BOLT_ROLE", "")
+        if not free.get(role):
+            return None
+        out[replica] = free[role].pop(0)
+    return out
+
+
+def _rank(replica: str) -> int:
+    return int(replica.rsplit(".", 1)[1])
+
+
+def _quietly(write: Callable[..., None], *args: Any) -> None:
+    try:
+        write(*args)
+    except (ApiException, OSError) as e:
+        log.info("could not write to Kubernetes: %s", e)
+
+
+def _wait_synced(informers: list[Informer[Any]]) -> None:
+    for informer in informers:
+        while not informer.synced.wait(5.0):
+            log.info("waiting for the %s informer's first list", informer.kind)
+
+
+def _custom_lister(api: CustomObjectsApi, group: str, version: str, plural: str) -> Any:
+    def lister(**kwargs: Any) -> Any:
+        return api.list_cluster_custom_object(group, version, plural, **kwargs)
+
+    return lister

@@ -1,0 +1,84 @@
+"""What the Kubernetes scheduler keeps between passes: which pod runs which replica, which
+gang is which Boltforge job, what it told each pod. Rebuilt from the pods themselves (the
+annotations their bindings wrote) when a replica takes the lead."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Literal
+
+from boltforge.kube.gangs import GangKey
+from boltforge.kube.model import JOB, REPLICA, KubePod
+from boltforge.wire.agent import Lease, ReplicaEvent, ReplicaSpec, ReplicaStatus
+
+
+@dataclass
+class Placed:
+    """A replica bound to a pod: the pod (namespace, name, uid), its node, and what has been
+    reported and asked of it."""
+
+    replica: str
+    job: str
+    epoch: int
+    pod: KubePod
+    node: str
+    started: bool = False
+    exited: bool = False
+    evicted_at: float | None = None
+    retry_at: float = 0.0
+
+    def status(self) -> ReplicaStatus:
+        state: Literal["running", "stopping"] = (
+            "stopping" if self.evicted_at is not None else "running"
+        )
+        return ReplicaStatus(replica=self.replica, job=self.job, epoch=self.epoch, state=state)
+
+    def event(self, kind: str, **extra: object) -> ReplicaEvent:
+        return ReplicaEvent.model_validate(
+            {
+                "replica": self.replica,
+                "job": self.job,
+                "epoch": self.epoch,
+                "kind": kind,
+                "at": time.time(),
+                **extra,
+            }
+        )
+
+
+def adopted(pod: KubePod) -> Placed | None:
+    """The replica a bound pod runs, from the annotations its binding wrote."""
+    replica, job = pod.annotations.get(REPLICA), pod.annotations.get(JOB)
+    if not (pod.bound and replica and job) or pod.finished or replica.count(".") < 2:
+        return None
+    epoch = int(replica.rsplit(".", 2)[1])
+    return Placed(replica, job, epoch, pod, pod.node, started=pod.phase == "Running")
+
+
+@dataclass
+class SchedulerState:
+    leases: dict[str, Lease] = field(default_factory=dict)
+    beat_at: float = 0.0
+    desired: dict[str, list[ReplicaSpec]] = field(default_factory=dict)
+    job_of: dict[GangKey, str] = field(default_factory=dict)
+    gang_of: dict[str, GangKey] = field(default_factory=dict)
+    placed: dict[str, Placed] = field(default_factory=dict)  # by replica id
+    refused: dict[GangKey, str] = field(default_factory=dict)
+    said: dict[str, str] = field(default_factory=dict)  # pod uid -> the words it was given
+    unstarted: set[str] = field(default_factory=set)
+    foreign: set[str] = field(default_factory=set)
+    cordoned: set[str] = field(default_factory=set)
+    outbox: dict[str, list[ReplicaEvent]] = field(default_factory=lambda: defaultdict(list))
+
+    def taken(self) -> set[str]:
+        """The uids of pods that run (or ran) a replica."""
+        return {p.pod.uid for p in self.placed.values()}
+
+    def statuses(self, node: str) -> list[ReplicaStatus]:
+        return [p.status() for p in self.placed.values() if p.node == node and not p.exited]
+
+    def link(self, key: GangKey, job: str) -> None:
+        self.job_of[key] = job
+        self.gang_of[job] = key

@@ -1,0 +1,114 @@
+"""Builders of Kubernetes objects as the API server sends them (JSON dicts), so tests read
+like the manifests users write."""
+
+from __future__ import annotations
+
+from typing import Any
+
+GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+
+
+def node_json(
+    name: str,
+    *,
+    gpus: int = 8,
+    rack: str = "r1",
+    product: str = "NVIDIA-H100-80GB-HBM3",
+    ready: bool = True,
+    unschedulable: bool = False,
+    taints: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    """A GPU node with GPU feature discovery's labels and a Boltforge rack label."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "nvidia.com/gpu.product": product,
+                "nvidia.com/gpu.memory": "81559",
+                "nvidia.com/gpu.count": str(gpus),
+                "topology.boltforge.io/rack": rack,
+            },
+        },
+        "spec": {"unschedulable": unschedulable, "taints": taints or []},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "96", "memory": "1000Gi"},
+            "capacity": {"nvidia.com/gpu": str(gpus), "cpu": "96", "memory": "1000Gi"},
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+        },
+    }
+
+
+def pod_json(
+    name: str,
+    *,
+    namespace: str = "research",
+    gpus: int = 8,
+    group: str | None = None,
+    gang: tuple[str, int] | None = None,
+    priority_class: str = "",
+    labels: dict[str, str] | None = None,
+    scheduler: str = "boltforge",
+    grace_s: int = 30,
+) -> dict[str, Any]:
+    """A pod of ``gpus`` GPUs for the Boltforge scheduler, in PodGroup ``group`` or the
+    annotation gang ``gang`` (name, size)."""
+    all_labels = dict(labels or {})
+    if group:
+        all_labels[GROUP_LABEL] = group
+    annotations = {}
+    if gang:
+        annotations = {"boltforge.io/gang": gang[0], "boltforge.io/gang-size": str(gang[1])}
+    resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler,
+        "terminationGracePeriodSeconds": grace_s,
+        "containers": [{"name": "train", "image": "pytorch:2", "resources": resources}],
+    }
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": all_labels,
+            "annotations": annotations,
+        },
+        "spec": spec,
+    }
+
+
+def pod_group_json(name: str, min_member: int, namespace: str = "research") -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"minMember": min_member},
+    }
+
+
+def pdb_json(
+    name: str, match: dict[str, str], *, min_available: int | str, namespace: str = "research"
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"minAvailable": min_available, "selector": {"matchLabels": match}},
+    }
+
+
+def priority_class_json(name: str, value: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "value": value,
+    }
+
+
+CLASSES = [priority_class_json("high", 1_000_000), priority_class_json("low", -10)]
