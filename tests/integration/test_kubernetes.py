@@ -151,7 +151,7 @@ def kubectl() -> str:
     found = os.environ.get("BOLT_KUBECTL") or shutil.which("kubectl")
     if found is None:
         if os.environ.get("BOLT_REQUIRE_KUBECTL") == "1":
-            raise RuntimeError("kubectl is required here. To fix: apt-get install kubernetes-client")
+            raise RuntimeError("kubectl is required. To fix: apt-get install kubernetes-client")
         pytest.skip("kubectl is not installed (apt-get install kubernetes-client)")
     return found
 
