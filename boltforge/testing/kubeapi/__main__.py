@@ -7,7 +7,7 @@ import argparse
 import asyncio
 
 from boltforge.testing.kubeapi.cluster import Cluster, Settings
-from boltforge.testing.kubeapi.server import Uvicorn, listen, new_loop, write_kubeconfig
+from boltforge.testing.kubeapi.serving import Uvicorn, listen, new_loop, write_kubeconfig
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from boltforge.testing.kubeapi import verbs
-from boltforge.testing.kubeapi.disruption import DisruptionController
+from boltforge.testing.kubeapi.budgets import Budgets
 from boltforge.testing.kubeapi.knobs import RequestLog
 from boltforge.testing.kubeapi.kubelet import Kubelet
 from boltforge.testing.kubeapi.pods import SYSTEM_PRIORITY_CLASSES
@@ -44,9 +44,9 @@ class Cluster:
             self.settings.kubelet_start_delay_s,
             self.settings.kubelet_grace_cap_s,
         )
-        self.disruption = DisruptionController(self.store)
+        self.budgets = Budgets(self.store)
         self.store.listen(self.kubelet.observe)
-        self.store.listen(self.disruption.observe)
+        self.store.listen(self.budgets.observe)
         self._seed()
 
     def _seed(self) -> None:
@@ -60,8 +60,8 @@ class Cluster:
         """Background work, until cancelled: kubelet timers, the disruption controller."""
         self.kubelet.attach(asyncio.get_running_loop())
         while True:
-            await asyncio.sleep(self.disruption.interval_s)
-            self.disruption.sync()
+            await asyncio.sleep(self.budgets.interval_s)
+            self.budgets.sync()
 
     def drop_watches(self, abrupt: bool = True) -> int:
         """Close every open watch: ``abrupt`` cuts the connection mid-stream (the client
@@ -79,8 +79,15 @@ class Cluster:
     def set_kubelet(self, on: bool) -> None:
         self.kubelet.enable(on)
 
-    def fail_next(self, verb: str, resource: str, status: int, times: int = 1) -> None:
-        self.requests.fail_next(verb, resource, status, times)
+    def fail_next(
+        self,
+        verb: str,
+        resource: str,
+        status: int,
+        times: int = 1,
+        retry_after_s: int | None = None,
+    ) -> None:
+        self.requests.fail_next(verb, resource, status, times, retry_after_s)
 
     def counts(self) -> Counter[tuple[str, str]]:
         return self.requests.counts()

@@ -32,9 +32,7 @@ async def handle(cluster: Cluster, request: Request) -> Response:
         return JSONResponse({"kubelet": cluster.kubelet.enabled})
     if (request.method, what) == ("POST", "fail-next"):
         fault = json.loads(await request.body())
-        cluster.requests.fail_next(
-            fault["verb"], fault["resource"], int(fault["status"]), int(fault.get("times", 1))
-        )
+        cluster.fail_next(**fault)
         return JSONResponse({})
     if (request.method, what) == ("GET", "requests"):
         counts = cluster.requests.counts()
@@ -62,9 +60,16 @@ class Remote:
     def set_kubelet(self, on: bool) -> None:
         self._call("PUT", "kubelet", params={"on": int(on)})
 
-    def fail_next(self, verb: str, resource: str, status: int, times: int = 1) -> None:
+    def fail_next(
+        self,
+        verb: str,
+        resource: str,
+        status: int,
+        times: int = 1,
+        retry_after_s: int | None = None,
+    ) -> None:
         fault = {"verb": verb, "resource": resource, "status": status, "times": times}
-        self._call("POST", "fail-next", json=fault)
+        self._call("POST", "fail-next", json={**fault, "retry_after_s": retry_after_s})
 
     def counts(self) -> Counter[tuple[str, str]]:
         return Counter({(v, r): n for v, r, n in self._call("GET", "requests")})

@@ -1,35 +1,26 @@
-"""PodDisruptionBudgets and the Eviction API, as kube-apiserver and its disruption
-controller apply them.
+"""What a PodDisruptionBudget allows, as kube-apiserver's disruption controller computes it.
 
-A budget selects the pods of its namespace (``spec.selector``; an empty selector selects
-them all). Of those, the *expected* pods are the ones not being deleted and the *healthy*
-ones those also in phase Running; ``minAvailable`` or ``maxUnavailable`` (an integer or a
-percentage of the expected pods, rounded up) gives the healthy pods desired, and
-``disruptionsAllowed`` is healthy minus desired (never below 0). A pod being evicted is
-deleted gracefully at once, so an eviction in progress already counts against the budget.
-``status`` is computed afresh on every read, and written back (an update that watches see)
-by a controller shortly after pods or budgets of its namespace change.
-
-An eviction of a pod whose budgets allow no disruption is 429 TooManyRequests with the
-budget's cause; other evictions (and those of pods Pending, Succeeded, Failed or already
-being deleted, which ignore budgets as kube-apiserver's do) delete the pod with the
-eviction's ``deleteOptions.gracePeriodSeconds`` and answer 201 Success. Unlike
-kube-apiserver, a pod under several budgets is checked against each (rather than refused
-with 500), and ``unhealthyPodEvictionPolicy`` is not read."""
+Of the pods a budget selects (``spec.selector`` over its namespace; an empty selector
+selects them all), the *expected* ones are those not finished (phase neither Succeeded nor
+Failed) and the *healthy* ones those in phase Running and not being deleted;
+``minAvailable`` or ``maxUnavailable`` (an integer, or a percentage of the expected pods
+rounded up) gives the healthy pods desired, and ``disruptionsAllowed`` is healthy minus
+desired, never below 0. An evicted pod is deleted gracefully at once and, until it is gone,
+stays expected but not healthy: an eviction in progress counts against the budget (as
+kube-apiserver's ``disruptedPods`` make it), and ``maxUnavailable: 1`` lets pods go one at
+a time. (kube-apiserver counts expected pods from their controller's scale; pods here need
+no controller.)"""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from boltforge.testing.kubeapi import deletion
-from boltforge.testing.kubeapi.errors import ApiError, not_found
+from boltforge.testing.kubeapi.deletion import TERMINAL
+from boltforge.testing.kubeapi.errors import ApiError
 from boltforge.testing.kubeapi.objects import JSON, deleting, meta, section, set_condition
-from boltforge.testing.kubeapi.resources import PDBS, PODS
 from boltforge.testing.kubeapi.selectors import from_spec
-from boltforge.testing.kubeapi.store import Change, Store, Stored
 
-IGNORES_BUDGET = ("Pending", "Succeeded", "Failed")
 REFUSED = "Cannot evict pod as it would violate the pod's disruption budget."
 
 
@@ -38,12 +29,14 @@ def selects(pdb: JSON, pod: JSON) -> bool:
     return selector is not None and selector.matches_object(pod)
 
 
-def status(store: Store, pdb: JSON) -> JSON:
-    """``pdb``'s status as it is now."""
-    ns = meta(pdb).get("namespace", "")
-    pods = [p.obj for p in store.items(PODS.plural, ns) if selects(pdb, p.obj)]
-    live = [p for p in pods if not deleting(p)]
-    healthy = sum(1 for p in live if section(p, "status").get("phase") == "Running")
+def _healthy(pod: JSON) -> bool:
+    return section(pod, "status").get("phase") == "Running" and not deleting(pod)
+
+
+def status(pdb: JSON, pods: list[JSON]) -> JSON:
+    """``pdb``'s status, given the pods it selects."""
+    live = [p for p in pods if section(p, "status").get("phase") not in TERMINAL]
+    healthy = sum(1 for p in live if _healthy(p))
     desired = desired_healthy(section(pdb, "spec"), len(live))
     allowed = max(0, healthy - desired)
     current: JSON = {**(pdb.get("status") or {})}
@@ -57,7 +50,8 @@ def status(store: Store, pdb: JSON) -> JSON:
     current.setdefault("disruptedPods", {})
     current["conditions"] = [dict(c) for c in current.get("conditions") or []]
     reason = "SufficientPods" if allowed else "InsufficientPods"
-    set_condition(current, "DisruptionAllowed", "True" if allowed else "False", reason, "")
+    value = "True" if allowed else "False"
+    set_condition(current, "DisruptionAllowed", value, reason, "", probe=False)
     return current
 
 
@@ -76,30 +70,8 @@ def _scaled(value: Any, total: int) -> int:
     return int(value)
 
 
-def with_status(store: Store, stored: Stored) -> JSON:
-    """The budget as a read answers it: with its status computed now."""
-    pdb = stored.copy()
-    pdb["status"] = status(store, pdb)
-    return pdb
-
-
-def evict(store: Store, namespace: str, name: str, eviction: JSON) -> None:
-    """Evict pod ``name`` or raise (404, or 429 naming the budget that refuses)."""
-    grace = (eviction.get("deleteOptions") or {}).get("gracePeriodSeconds")
-    with store.lock:
-        found = store.get(PODS.plural, namespace, name)
-        if found is None:
-            raise not_found(PODS, name)
-        pod = found.obj
-        if section(pod, "status").get("phase") not in IGNORES_BUDGET and not deleting(pod):
-            for pdb in store.items(PDBS.plural, namespace):
-                if selects(pdb.obj, pod):
-                    _check(store, pdb.obj)
-        deletion.delete_pod(store, found, grace)
-
-
-def _check(store: Store, pdb: JSON) -> None:
-    now = status(store, pdb)
+def check(pdb: JSON, now: JSON) -> None:
+    """Raise 429, naming ``pdb``, when its status ``now`` allows no disruption."""
     if now["disruptionsAllowed"] > 0:
         return
     cause = (
@@ -110,39 +82,8 @@ def _check(store: Store, pdb: JSON) -> None:
     raise ApiError(429, REFUSED, "TooManyRequests", details)
 
 
-class DisruptionController:
-    """Writes budgets' status back when pods or budgets of their namespace change:
-    ``observe`` (a store listener) notes the namespace, ``sync`` (called every
-    ``interval_s`` on the server's loop) writes the statuses that changed."""
-
-    interval_s = 0.1
-
-    def __init__(self, store: Store) -> None:
-        self._store = store
-        self._dirty: set[str] = set()
-
-    def observe(self, change: Change) -> None:
-        wanted = change.resource in (PODS.plural, PDBS.plural)
-        if wanted and self._store.count(PDBS.plural, change.namespace):
-            self._dirty.add(change.namespace)
-
-    def sync(self) -> None:
-        with self._store.lock:
-            spaces, self._dirty = self._dirty, set()
-            for ns in spaces:
-                for pdb in self._store.items(PDBS.plural, ns):
-                    self._write(pdb)
-
-    def _write(self, stored: Stored) -> None:
-        now = status(self._store, stored.obj)
-        old = dict(stored.obj.get("status") or {})
-        if _comparable(now) != _comparable(old):
-            obj = stored.copy()
-            obj["status"] = now
-            self._store.put(PDBS.plural, obj)
-
-
-def _comparable(st: JSON) -> JSON:
+def comparable(st: JSON) -> JSON:
+    """A status without its condition times, to tell whether it changed."""
     conditions = [
         {k: v for k, v in c.items() if k != "lastTransitionTime"}
         for c in st.get("conditions") or []

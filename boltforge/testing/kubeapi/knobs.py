@@ -20,6 +20,7 @@ class Fault:
     resource: str
     status: int
     times: int
+    retry_after_s: int | None = None
 
     def matches(self, verb: str, resource: str) -> bool:
         return self.verb in ("*", verb) and self.resource in ("*", resource)
@@ -44,13 +45,23 @@ class RequestLog:
             if fault.times <= 0:
                 self._faults.remove(fault)
         message = f"injected fault: {verb} {resource} answered {fault.status}"
-        raise ApiError(fault.status, message, details={"retryAfterSeconds": 1})
+        wait = fault.retry_after_s
+        raise ApiError(fault.status, message, details={"retryAfterSeconds": wait} if wait else {})
 
-    def fail_next(self, verb: str, resource: str, status: int, times: int = 1) -> None:
+    def fail_next(
+        self,
+        verb: str,
+        resource: str,
+        status: int,
+        times: int = 1,
+        retry_after_s: int | None = None,
+    ) -> None:
         """Answer the next ``times`` requests of ``verb`` on ``resource`` (``*`` matches any)
-        with HTTP ``status`` and a Status body."""
+        with HTTP ``status`` and a Status body; with ``retry_after_s``, also a
+        ``Retry-After`` header (which urllib3, under the Python client, obeys by itself for
+        429 and 503: it retries up to three times before the caller sees the error)."""
         with self._lock:
-            self._faults.append(Fault(verb, resource, status, times))
+            self._faults.append(Fault(verb, resource, status, times, retry_after_s))
 
     def counts(self) -> Counter[tuple[str, str]]:
         with self._lock:

@@ -48,8 +48,9 @@ class Kubelet:
         self.start_delay_s, self.grace_cap_s = start_delay_s, grace_cap_s
         self.loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
-        self._starting: set[str] = set()
-        self._stopping: set[str] = set()
+        self._starting: set[str] = set()  # uids with a start scheduled
+        self._started: set[str] = set()  # uids moved to Running, never again
+        self._stopping: set[str] = set()  # uids with a removal scheduled
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Run timers on ``loop`` (called on it) and catch up with every pod."""
@@ -69,8 +70,8 @@ class Kubelet:
             return
         if change.type == DELETED:
             uid = change.new.obj["metadata"]["uid"]
-            self._starting.discard(uid)
-            self._stopping.discard(uid)
+            for uids in (self._starting, self._started, self._stopping):
+                uids.discard(uid)
         elif self.enabled and self.loop is not None:
             self._consider(change.new.obj)
 
@@ -89,10 +90,10 @@ class Kubelet:
             self._later(self.start_delay_s, self._start, *key)
 
     def _startable(self, pod: JSON, uid: str, node: str) -> bool:
+        if uid in self._starting or uid in self._started:
+            return False
         pending = section(pod, "status").get("phase", "Pending") == "Pending"
-        return (
-            pending and uid not in self._starting and bool(self.store.get(NODES.plural, "", node))
-        )
+        return pending and self.store.get(NODES.plural, "", node) is not None
 
     def _later(self, delay: float, action: Callable[..., None], *args: Any) -> None:
         loop = self.loop
@@ -108,10 +109,12 @@ class Kubelet:
 
     def _start(self, ns: str, name: str, uid: str) -> None:
         with self.store.lock:
+            self._starting.discard(uid)
             found = self._current(ns, name, uid)
             if not self.enabled or found is None or deleting(found.obj):
                 return
             if section(found.obj, "status").get("phase", "Pending") == "Pending":
+                self._started.add(uid)
                 self.store.put(PODS.plural, running(found.copy()))
 
     def _stop(self, ns: str, name: str, uid: str) -> None:

@@ -57,10 +57,15 @@ def section(obj: JSON, key: str) -> JSON:
 
 
 def set_condition(
-    status: JSON, kind: str, value: str, reason: str | None = None, message: str | None = None
+    status: JSON,
+    kind: str,
+    value: str,
+    reason: str | None = None,
+    message: str | None = None,
+    probe: bool = True,
 ) -> None:
     """Add or update condition ``kind`` in ``status.conditions``; ``lastTransitionTime`` moves
-    only when the value does."""
+    only when the value does. ``probe``: a pod condition, which has a ``lastProbeTime``."""
     conditions = status.setdefault("conditions", [])
     found = next((c for c in conditions if c.get("type") == kind), None)
     if found is None:
@@ -69,7 +74,8 @@ def set_condition(
     if found.get("status") != value:
         found["lastTransitionTime"] = timestamp()
     found["status"] = value
-    found["lastProbeTime"] = None
+    if probe:
+        found["lastProbeTime"] = None
     for key, text in (("reason", reason), ("message", message)):
         if text is None:
             found.pop(key, None)

@@ -42,7 +42,7 @@ class Subresource:
     version: str | None = None
 
 
-STATUS = Subresource("status", "", ("get", "patch", "update"))
+STATUS_VERBS = ("get", "patch", "update")
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ PODS = Resource(
     categories=("all",),
     fields=POD_FIELDS,
     subresources=(
-        Subresource("status", "Pod", STATUS.verbs),
+        Subresource("status", "Pod", STATUS_VERBS),
         Subresource("binding", "Binding", ("create",)),
         Subresource("eviction", "Eviction", ("create",), "policy", "v1"),
     ),
@@ -101,7 +101,7 @@ NODES = Resource(
     short_names=("no",),
     has_status=True,
     fields=("spec.unschedulable",),
-    subresources=(Subresource("status", "Node", STATUS.verbs),),
+    subresources=(Subresource("status", "Node", STATUS_VERBS),),
 )
 EVENTS = Resource("events", "Event", "", "v1", short_names=("ev",), fields=EVENT_FIELDS)
 NAMESPACES = Resource(
@@ -120,7 +120,7 @@ PDBS = Resource(
     "v1",
     short_names=("pdb",),
     has_status=True,
-    subresources=(Subresource("status", "PodDisruptionBudget", STATUS.verbs),),
+    subresources=(Subresource("status", "PodDisruptionBudget", STATUS_VERBS),),
 )
 PRIORITY_CLASSES = Resource(
     "priorityclasses", "PriorityClass", "scheduling.k8s.io", "v1", False, ("pc",)
@@ -134,7 +134,7 @@ POD_GROUPS = Resource(
     short_names=("pg",),
     has_status=True,
     custom=True,
-    subresources=(Subresource("status", "PodGroup", STATUS.verbs),),
+    subresources=(Subresource("status", "PodGroup", STATUS_VERBS),),
 )
 RESOURCES = (PODS, NODES, EVENTS, NAMESPACES, PDBS, PRIORITY_CLASSES, LEASES, POD_GROUPS)
 BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}

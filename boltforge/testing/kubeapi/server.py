@@ -6,7 +6,6 @@ write a kubeconfig for it; and turn the test knobs, which work the same in both 
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import select
 import signal
@@ -16,112 +15,42 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Protocol
 
-import uvicorn
-import yaml
-
-from boltforge.testing.kubeapi.app import KubeApi
 from boltforge.testing.kubeapi.cluster import Cluster, Settings
 from boltforge.testing.kubeapi.control import Remote
-from boltforge.testing.kubeapi.watch import WatchDropped
-
-NAME = "boltforge-fake"
-TOKEN = "fake-token"
+from boltforge.testing.kubeapi.serving import Uvicorn, listen, new_loop, write_kubeconfig
 
 
 class Knobs(Protocol):
     def drop_watches(self, abrupt: bool = True) -> int: ...
     def compact(self) -> int: ...
     def set_kubelet(self, on: bool) -> None: ...
-    def fail_next(self, verb: str, resource: str, status: int, times: int = 1) -> None: ...
+    def fail_next(
+        self,
+        verb: str,
+        resource: str,
+        status: int,
+        times: int = 1,
+        retry_after_s: int | None = None,
+    ) -> None: ...
     def counts(self) -> Counter[tuple[str, str]]: ...
-
-
-class _DropFilter(logging.Filter):
-    """Keeps uvicorn from logging a dropped watch as an application error."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info and isinstance(record.exc_info[1], WatchDropped))
-
-
-class Uvicorn(uvicorn.Server):
-    """uvicorn serving ``cluster``: runs its background work, calls ``on_ready`` once
-    listening, and ends every watch cleanly when shutting down."""
-
-    def __init__(self, cluster: Cluster, on_ready: Callable[[], None] | None = None) -> None:
-        app = KubeApi(cluster)
-        config = uvicorn.Config(
-            app,
-            lifespan="off",
-            log_config=None,
-            log_level="warning",
-            access_log=False,
-            proxy_headers=False,
-            timeout_graceful_shutdown=3,
-            timeout_keep_alive=30,
-        )
-        super().__init__(config)
-        self.cluster, self.on_ready = cluster, on_ready
-        self._background: asyncio.Task[None] | None = None
-        logging.getLogger("uvicorn.error").addFilter(_DropFilter())
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        self._background = asyncio.get_running_loop().create_task(self.cluster.run())
-        await super().startup(sockets)
-        if self.on_ready is not None:
-            self.on_ready()
-
-    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        self.cluster.drop_watches(abrupt=False)
-        await super().shutdown(sockets)
-        if self._background is not None:
-            self._background.cancel()
-
-
-def new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
-def listen(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    return sock
-
-
-def write_kubeconfig(url: str, path: Path | str) -> Path:
-    """A kubeconfig for ``url``: one cluster, one user with a bearer token, one context
-    (namespace ``default``), current. Both the Python client and kubectl read it."""
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": NAME, "cluster": {"server": url}}],
-        "users": [{"name": NAME, "user": {"token": TOKEN}}],
-        "contexts": [
-            {"name": NAME, "context": {"cluster": NAME, "user": NAME, "namespace": "default"}}
-        ],
-        "current-context": NAME,
-        "preferences": {},
-    }
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(yaml.safe_dump(config, sort_keys=False))
-    return target
 
 
 class ApiServer:
     """A fake kube-apiserver for tests (see the package docstring for what it serves).
 
-    ``with ApiServer() as kube:`` starts it; ``kube.url`` is ``http://127.0.0.1:PORT``;
-    ``kube.kubeconfig(path)`` writes a kubeconfig for it. In-process servers expose their
-    ``cluster`` (store, kubelet, request log); both kinds take the knobs below."""
+    ``with ApiServer() as kube:`` starts it (``start()`` returns the base URL,
+    ``http://127.0.0.1:PORT``, also ``kube.url``; ``stop()`` ends it, and a later
+    ``start()`` serves an empty cluster again); ``kube.kubeconfig(path)`` writes a kubeconfig
+    for it. ``kubelet``: emulate kubelets (``kubelet_start_delay_s`` from binding to
+    Running; deleted pods go after ``min(grace, kubelet_grace_cap_s)``); ``log_size``:
+    changes kept for watches to resume from; ``bookmark_interval_s``: how often a watch that
+    allows bookmarks gets one; ``process``: serve from a child process (``python -m
+    boltforge.testing.kubeapi``, its stderr to ``log``) rather than a thread of this one;
+    ``port`` 0 picks a free one. An in-process server exposes its ``cluster`` (store,
+    kubelet, request log); both kinds take the knobs below."""
 
     def __init__(
         self,
@@ -176,9 +105,13 @@ class ApiServer:
     def _start_process(self, timeout: float) -> str:
         cmd = [sys.executable, "-m", "boltforge.testing.kubeapi", *self._flags()]
         err: IO[bytes] | int = self.log.open("ab") if self.log else subprocess.DEVNULL
-        self._proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=err, start_new_session=True
-        )
+        try:
+            self._proc = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=err, start_new_session=True
+            )
+        finally:
+            if not isinstance(err, int):
+                err.close()
         url = _first_line(self._proc, timeout)
         self._knobs = Remote(url)
         return url
@@ -196,13 +129,9 @@ class ApiServer:
         if self._server is not None and self._thread is not None:
             self._server.should_exit = True
             self._thread.join(15)
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.send_signal(signal.SIGTERM)
-            try:
-                self._proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(5)
+        if self._proc is not None:
+            _terminate(self._proc)
+            self._knobs = None
         self._server = self._thread = self._proc = None
         self.url = None
 
@@ -246,10 +175,17 @@ class ApiServer:
         """Requests so far by ``(verb, resource)``, e.g. ``("create", "bindings")``."""
         return self.knobs.counts()
 
-    def fail_next(self, verb: str, resource: str, status: int, times: int = 1) -> None:
+    def fail_next(
+        self,
+        verb: str,
+        resource: str,
+        status: int,
+        times: int = 1,
+        retry_after_s: int | None = None,
+    ) -> None:
         """Answer the next ``times`` ``verb`` requests on ``resource`` (``"*"`` for any)
-        with HTTP ``status`` and a Status body (429 with ``Retry-After: 1``)."""
-        self.knobs.fail_next(verb, resource, status, times)
+        with HTTP ``status`` and a Status body (see ``RequestLog.fail_next``)."""
+        self.knobs.fail_next(verb, resource, status, times, retry_after_s)
 
 
 def _first_line(proc: subprocess.Popen[bytes], timeout: float) -> str:
@@ -265,3 +201,16 @@ def _first_line(proc: subprocess.Popen[bytes], timeout: float) -> str:
                 return line
     os.killpg(proc.pid, signal.SIGKILL)
     raise TimeoutError(f"the fake API server did not start in {timeout} s")
+
+
+def _terminate(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (the server shuts down, ending its watches), then SIGKILL."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    if proc.stdout is not None:
+        proc.stdout.close()

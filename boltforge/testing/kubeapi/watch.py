@@ -83,7 +83,8 @@ class Watcher:
         self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
         self._queue: asyncio.Queue[object] = asyncio.Queue()
-        self._timers: list[asyncio.TimerHandle] = []
+        self._timeout: asyncio.TimerHandle | None = None
+        self._tick: asyncio.TimerHandle | None = None
 
     def offer(self, item: object) -> None:
         """Queue ``item`` (a Change, a Bookmark, END or DROP) from any thread, keeping the
@@ -99,18 +100,19 @@ class Watcher:
     def start(self, timeout_s: float | None, bookmark_s: float | None) -> None:
         """End the stream after ``timeout_s``; send a bookmark every ``bookmark_s``."""
         if timeout_s:
-            self._timers.append(self._loop.call_later(timeout_s, self.offer, END))
+            self._timeout = self._loop.call_later(timeout_s, self.offer, END)
         if bookmark_s:
-            self._timers.append(self._loop.call_later(bookmark_s, self._bookmark, bookmark_s))
+            self._tick = self._loop.call_later(bookmark_s, self._bookmark, bookmark_s)
 
     def _bookmark(self, every: float) -> None:
         with self._store.lock:
             self.offer(Bookmark(self._store.rv))
-        self._timers.append(self._loop.call_later(every, self._bookmark, every))
+        self._tick = self._loop.call_later(every, self._bookmark, every)
 
     def close(self) -> None:
-        for timer in self._timers:
-            timer.cancel()
+        for timer in (self._timeout, self._tick):
+            if timer is not None:
+                timer.cancel()
         self._store.unsubscribe(self)
 
     def added(self, objects: list[Stored]) -> list[bytes]:
