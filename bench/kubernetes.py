@@ -37,10 +37,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kubernetes.client as client
-import kubernetes.config as config
 import numpy as np
 
 from boltforge.kube import model
+from boltforge.kube.connect import api_client
 from boltforge.kube.informer import Informer
 from boltforge.testing.kube_builders import CLASSES, node_json, pod_group_json, pod_json
 from boltforge.testing.kube_fleet import PREEMPT_AT_ONCE, client_create
@@ -148,10 +148,7 @@ def main() -> None:
     result: dict[str, Any] = {"nodes": NODES, "gpus": NODES * 8}
     try:
         with LocalCluster(data, hosts=0, server_args=[*PREEMPT_AT_ONCE]) as server:
-            conf = client.Configuration()
-            config.load_kube_config(config_file=str(kubeconfig), client_configuration=conf)
-            conf.connection_pool_maxsize = 32
-            api = client.ApiClient(conf)
+            api = api_client(str(kubeconfig))
             run(api, server, data, kubeconfig, args, result)
     finally:
         kube.terminate()

@@ -3,6 +3,8 @@ account, with a connection pool big enough for a gang's bindings at once."""
 
 from __future__ import annotations
 
+import os
+
 import kubernetes.client as client
 import kubernetes.config as config
 
@@ -23,6 +25,4 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> cli
 
 
 def _in_cluster() -> bool:
-    import os
-
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not os.environ.get("KUBECONFIG")

@@ -108,7 +108,7 @@ def preemptible(gang: Gang, budgets: Iterable[Budget], pods: Iterable[KubePod]) 
     """Whether Boltforge may bump the whole gang: no PodDisruptionBudget covering its pods
     allows fewer disruptions than the number of its pods it covers (evicting a gang is
     all-or-nothing; a budget that would refuse part of it protects all of it)."""
-    mine = [p for p in gang.waiting]
+    mine = gang.waiting
     everyone = [p for p in pods if not p.deleting]
     for b in budgets:
         if b.namespace != gang.key.namespace:

@@ -44,7 +44,7 @@ from boltforge.kube.gangs import Gang, GangKey, gangs, key_of, preemptible
 from boltforge.kube.informer import Informer
 from boltforge.kube.leader import LeaderElector
 from boltforge.kube.model import JOB, REPLICA, KubePod
-from boltforge.kube.state import Placed, SchedulerState, adopted
+from boltforge.kube.state import Placed, SchedulerState, adopted, replica_event
 from boltforge.kube.translate import (
     COMMAND,
     Labels,
@@ -362,8 +362,8 @@ class KubeScheduler:
             return
         self.state.foreign.add(job)
         for replica, (node, spec) in todo.items():
-            placed = Placed(replica, job, spec.epoch, _NO_POD, node)
-            self.state.outbox[node].append(placed.event("failed", detail=NOT_FROM_KUBE))
+            event = replica_event(replica, job, spec.epoch, "failed", detail=NOT_FROM_KUBE)
+            self.state.outbox[node].append(event)
 
     async def _stop(self) -> None:
         for (_job, _epoch), wanted in self._wanted("stop").items():
@@ -372,8 +372,8 @@ class KubeScheduler:
                 if placed is None:
                     if replica not in self.state.unstarted:  # bound, never started: stopped
                         self.state.unstarted.add(replica)
-                        ev = Placed(replica, spec.job, spec.epoch, _NO_POD, node)
-                        self.state.outbox[node].append(ev.event("exited", signal=15))
+                        event = replica_event(replica, spec.job, spec.epoch, "exited", signal=15)
+                        self.state.outbox[node].append(event)
                 elif placed.evicted_at is None and time.monotonic() >= placed.retry_at:
                     await self._evict(placed, spec.grace_s)
 
@@ -534,9 +534,6 @@ class KubeScheduler:
             return "", ""
         line = f" (#{summary.position} in line)" if summary.position is not None else ""
         return f"boltforge: waiting{line}: {summary.reason or 'next pass'}", "Unschedulable"
-
-
-_NO_POD = model.pod({"metadata": {"name": "", "uid": ""}})
 
 
 def _assign(

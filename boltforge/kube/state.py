@@ -36,16 +36,13 @@ class Placed:
         return ReplicaStatus(replica=self.replica, job=self.job, epoch=self.epoch, state=state)
 
     def event(self, kind: str, **extra: object) -> ReplicaEvent:
-        return ReplicaEvent.model_validate(
-            {
-                "replica": self.replica,
-                "job": self.job,
-                "epoch": self.epoch,
-                "kind": kind,
-                "at": time.time(),
-                **extra,
-            }
-        )
+        return replica_event(self.replica, self.job, self.epoch, kind, **extra)
+
+
+def replica_event(replica: str, job: str, epoch: int, kind: str, **extra: object) -> ReplicaEvent:
+    """What happened to ``replica`` now (``extra``: the event's other fields)."""
+    fields = {"replica": replica, "job": job, "epoch": epoch, "kind": kind, "at": time.time()}
+    return ReplicaEvent.model_validate({**fields, **extra})
 
 
 def adopted(pod: KubePod) -> Placed | None:

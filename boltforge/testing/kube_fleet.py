@@ -10,13 +10,14 @@ import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import kubernetes.client as client
-import kubernetes.config as config
 
 from boltforge.client import Client
+from boltforge.kube.connect import api_client
 from boltforge.testing.kubeapi import ApiServer
 from boltforge.testing.processes import LocalCluster, Proc, bolt, child_env, spawn, wait_until
 
@@ -36,14 +37,14 @@ class KubeFleet:
     def api(self) -> Client:
         return self.server.client()
 
-    def api_client(self) -> client.ApiClient:
-        conf = client.Configuration()
-        config.load_kube_config(config_file=str(self.kubeconfig), client_configuration=conf)
-        return client.ApiClient(conf)
+    @cached_property
+    def kube_api(self) -> client.ApiClient:
+        """One client of the API server (its connections are kept)."""
+        return api_client(str(self.kubeconfig))
 
     @property
     def core(self) -> client.CoreV1Api:
-        return client.CoreV1Api(self.api_client())
+        return client.CoreV1Api(self.kube_api)
 
     def start_scheduler(self, name: str = "sched-a", *extra: str) -> Proc:
         cmd = [*bolt(), "kube-scheduler", "--server", self.server.url]
@@ -63,7 +64,7 @@ class KubeFleet:
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Create ``obj`` (any kind the API server serves) through the real client."""
-        created: dict[str, Any] = client_create(self.api_client(), obj)
+        created: dict[str, Any] = client_create(self.kube_api, obj)
         return created
 
     def pods(self, namespace: str = "research") -> dict[str, dict[str, Any]]:
