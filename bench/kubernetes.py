@@ -76,8 +76,9 @@ class Watcher:
         deadline = time.monotonic() + timeout
         with self.changed:
             while True:
-                if check(self.informer.snapshot()):
-                    return time.monotonic()
+                with self.informer.lock:  # no copy: this runs on every change
+                    if check(self.informer.items):
+                        return time.monotonic()
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError("pods did not reach the state in time")

@@ -10,13 +10,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from boltforge.kube.model import GANG, GANG_SIZE, Budget, KubePod, PodGroup, selects
 from boltforge.kube.translate import name_of
 
 
-@dataclass(frozen=True, order=True)
-class GangKey:
+class GangKey(NamedTuple):
     namespace: str
     kind: str  # podgroup, gang or pod
     name: str

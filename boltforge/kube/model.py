@@ -95,6 +95,7 @@ class KubePod:
     exit_code: int | None
     grace_s: float | None
     created: str
+    pod_group: str | None  # the PodGroup its label names
 
     @property
     def key(self) -> tuple[str, str]:
@@ -107,10 +108,6 @@ class KubePod:
     @property
     def finished(self) -> bool:
         return self.phase in ("Succeeded", "Failed")
-
-    @property
-    def pod_group(self) -> str | None:
-        return next((self.labels[k] for k in POD_GROUP_LABELS if k in self.labels), None)
 
 
 @dataclass(frozen=True)
@@ -165,6 +162,7 @@ def pod(obj: Mapping[str, Any]) -> KubePod:
         cpus += quantity(requests.get("cpu", limits.get("cpu", 0)))
         memory += quantity(requests.get("memory", limits.get("memory", 0)))
     grace = spec.get("terminationGracePeriodSeconds")
+    labels = dict(meta.get("labels") or {})
     return KubePod(
         namespace=meta.get("namespace", "default"),
         name=meta.get("name", ""),
@@ -175,13 +173,14 @@ def pod(obj: Mapping[str, Any]) -> KubePod:
         gpus=int(gpus),
         cpus=round(cpus, 3),
         memory_gb=round(memory / 2**30, 3),
-        labels=dict(meta.get("labels") or {}),
+        labels=labels,
         annotations=dict(meta.get("annotations") or {}),
         priority_class=spec.get("priorityClassName") or "",
         deleting=bool(meta.get("deletionTimestamp")),
         exit_code=_exit_code(status),
         grace_s=float(grace) if grace is not None else None,
         created=meta.get("creationTimestamp", ""),
+        pod_group=next((labels[k] for k in POD_GROUP_LABELS if k in labels), None),
     )
 
 

@@ -4,17 +4,18 @@ Informers (``informer.py``) keep Nodes, the scheduler's Pods, PodGroups, Priorit
 PodDisruptionBudgets in memory. While this replica holds the Lease (``leader.py``), each pass:
 
 1. registers every Ready node with its inventory (``translate.inventory``) over the agent
-   protocol and renews their leases in one batched heartbeat; a node that is not Ready is let
-   go (its lease runs out and the server writes its replicas off); an unschedulable or
-   tainted node is cordoned;
+   protocol and renews their leases in one batched heartbeat, sent beside the pass so that
+   binding never waits for it; a node that is not Ready is let go (its lease runs out and the
+   server writes its replicas off); an unschedulable or tainted node is cordoned;
 2. submits each gang whose pods are all there (``gangs.py``) as a Boltforge job, keyed so a
    gang is never submitted twice, whichever replica submits it;
 3. carries out the server's intent, which it follows with one long-poll for all nodes: a
    gang bound to nodes has its pods bound there through ``pods/binding`` (all of them, or
    none until every pod exists); a replica to stop has its pod evicted through the Eviction
    API, which honours PodDisruptionBudgets and the pod's grace;
-4. reports what the kubelet did: Running is ``started``, Succeeded or Failed is ``exited``
-   with the exit code, a pod gone after its eviction is ``exited`` by the checkpoint signal;
+4. reports what the kubelet did (beside the pass, one sending at a time): Running is
+   ``started``, Succeeded or Failed is ``exited`` with the exit code, a pod gone after its
+   eviction is ``exited`` by the checkpoint signal;
 5. writes why each waiting pod waits (``PodScheduled=False`` and a ``FailedScheduling``
    event) and, for every pod it binds, a ``Scheduled`` event naming the placement.
 
@@ -59,6 +60,7 @@ from boltforge.wire.agent import AgentReport, Heartbeat, Registration, ReplicaSp
 from boltforge.wire.jobs import TERMINAL, SubmitRequest
 
 log = logging.getLogger("boltforge.kube")
+Wanted = dict[tuple[str, int], dict[str, tuple[str, ReplicaSpec]]]
 NOT_FROM_KUBE = (
     "these nodes are scheduled through Kubernetes, which runs only pods; create the job's "
     "pods with schedulerName: boltforge"
@@ -103,7 +105,8 @@ class KubeScheduler:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pool = ThreadPoolExecutor(options.workers, thread_name_prefix="kube-write")
         self._words_pool = ThreadPoolExecutor(4, thread_name_prefix="kube-words")
-        self._words_task: asyncio.Future[None] | None = None
+        self._beside: dict[str, asyncio.Future[None]] = {}  # "beat", "report", "words"
+        self._wanted_at: dict[str, tuple[int, Wanted]] = {}
         self._next_words = 0.0
         core = CoreV1Api(client)
         custom = CustomObjectsApi(client)
@@ -149,7 +152,7 @@ class KubeScheduler:
         self._loop = asyncio.get_running_loop()
         for informer in self.informers:
             informer.start()
-        tasks = [asyncio.create_task(self._follow_desired())]
+        tasks: list[asyncio.Future[None]] = [asyncio.create_task(self._follow_desired())]
         if self.elector is not None:
             tasks.append(asyncio.create_task(self._elect(self.elector)))
         try:
@@ -167,6 +170,7 @@ class KubeScheduler:
                     await asyncio.wait_for(self._wake.wait(), self.options.poll_s)
                 self._wake.clear()
         finally:
+            tasks += self._beside.values()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -184,14 +188,18 @@ class KubeScheduler:
                 self._take_over()
             elif not leading and self.leading:
                 log.warning("%s stopped acting: it does not hold the lease", self.identity)
-                self.state = SchedulerState()
+                self._forget_all()
             self.leading = leading
             self._wake.set()
             await asyncio.sleep(elector.retry_s)
 
+    def _forget_all(self) -> None:
+        self.state = SchedulerState()
+        self._wanted_at.clear()
+
     def _take_over(self) -> None:
         """Start leading: forget the last leader's sessions, adopt the bound pods."""
-        self.state = SchedulerState()
+        self._forget_all()
         for pod in self.pods.snapshot().values():
             placed = adopted(pod)
             if placed is not None:
@@ -209,13 +217,18 @@ class KubeScheduler:
         await self._start(all_gangs)
         await self._stop()
         self._observe(pods)
-        await self._heartbeats()
-        await self._flush()
+        self._beat()
+        self._report()
         await self._forget(all_gangs)
         now = time.monotonic()
-        if now >= self._next_words and (self._words_task is None or self._words_task.done()):
+        if now >= self._next_words and not self._busy("words"):
             self._next_words = now + self.options.words_every_s
-            self._words_task = asyncio.ensure_future(self._words(all_gangs))
+            self._beside["words"] = asyncio.ensure_future(self._words(all_gangs))
+
+    def _busy(self, slot: str) -> bool:
+        """Whether the work beside the pass in ``slot`` is still under way (one at a time)."""
+        task = self._beside.get(slot)
+        return task is not None and not task.done()
 
     # nodes
 
@@ -247,16 +260,29 @@ class KubeScheduler:
             await asyncio.to_thread(self.api.uncordon, node.name)
             self.state.cordoned.discard(node.name)
 
-    async def _heartbeats(self) -> None:
+    def _beat(self) -> None:
+        """Renew every node's lease when due, beside the pass rather than in it (a fleet's
+        heartbeats take the server a while, and binding must not wait for them)."""
         leases = self.state.leases
-        if not leases:
+        if not leases or self._busy("beat"):
             return
         every = min(lease.heartbeat_s for lease in leases.values())
         if time.monotonic() - self.state.beat_at < every:
             return
         self.state.beat_at = time.monotonic()
+        self._beside["beat"] = asyncio.ensure_future(self._heartbeats(every))
+
+    async def _heartbeats(self, every: float) -> None:
+        try:
+            await self._renew(every)
+        except (AgentClientError, ApiException, OSError) as e:
+            log.warning("heartbeats failed, retrying when next due: %s", e)
+
+    async def _renew(self, every: float) -> None:
+        leases = self.state.leases
+        running = self.state.statuses_by_node()
         beats = {
-            n: Heartbeat(session=lease.session, running=self.state.statuses(n))
+            n: Heartbeat(session=lease.session, running=running.get(n, []))
             for n, lease in leases.items()
         }
         reply = await self.agents.heartbeats(beats, every * 2 + 5)
@@ -313,26 +339,34 @@ class KubeScheduler:
 
     # intent out
 
-    def _wanted(self, action: str) -> dict[tuple[str, int], dict[str, tuple[str, ReplicaSpec]]]:
-        out: dict[tuple[str, int], dict[str, tuple[str, ReplicaSpec]]] = defaultdict(dict)
+    def _wanted(self, action: str) -> Wanted:
+        """The desired replicas with ``action``, by job and epoch, and where each is wanted;
+        worked out again only when the desired states changed."""
+        seq, cached = self._wanted_at.get(action, (-1, {}))
+        if seq == self.state.desired_seq:
+            return cached
+        out: Wanted = defaultdict(dict)
         for node, specs in self.state.desired.items():
             for spec in specs:
                 if spec.action == action:
                     out[(spec.job, spec.epoch)][spec.replica] = (node, spec)
+        self._wanted_at[action] = (self.state.desired_seq, out)
         return out
 
     async def _start(self, all_gangs: Mapping[GangKey, Gang]) -> None:
-        taken = self.state.taken()
+        taken: set[str] | None = None
         binds = []
+        done = self.state.placed
         for (job, epoch), wanted in self._wanted("run").items():
-            todo = {r: v for r, v in wanted.items() if r not in self.state.placed}
-            key = self.state.gang_of.get(job)
+            todo = {r: v for r, v in wanted.items() if r not in done}
             if not todo:
                 continue
+            key = self.state.gang_of.get(job)
             if key is None:
                 self._foreign(job, todo)
                 continue
             gang = all_gangs.get(key)
+            taken = self.state.taken() if taken is None else taken
             pods = _assign(todo, gang, taken) if gang is not None else None
             if pods is None:
                 continue  # not every pod exists yet: bind none
@@ -423,22 +457,37 @@ class KubeScheduler:
     def _queue(self, placed: Placed, kind: str, **extra: object) -> None:
         self.state.outbox[placed.node].append(placed.event(kind, **extra))
 
-    async def _flush(self) -> None:
+    def _report(self) -> None:
+        """Send the server what the kubelets did, beside the pass (binding must not wait for
+        it); events queued meanwhile go with the next sending."""
+        if not self._busy("report") and any(self.state.outbox.values()):
+            self._beside["report"] = asyncio.ensure_future(self._reports(self.state))
+
+    async def _reports(self, state: SchedulerState) -> None:
+        try:
+            await self._flush(state)
+        except (AgentClientError, OSError) as e:
+            log.warning("reports failed, retrying: %s", e)
+            await asyncio.sleep(1.0)
+        if any(state.outbox.values()):
+            self._wake.set()
+
+    async def _flush(self, state: SchedulerState) -> None:
         async def send(node: str) -> None:
-            lease = self.state.leases.get(node)
-            events = self.state.outbox.get(node)
+            lease = state.leases.get(node)
+            events = state.outbox.get(node)
             if lease is None or not events:
                 return
-            self.state.outbox[node] = []
+            state.outbox[node] = []
             try:
                 await self.agents.report(node, AgentReport(session=lease.session, events=events))
             except AgentClientError as e:
-                self.state.outbox[node] = events + self.state.outbox[node]
+                state.outbox[node] = events + state.outbox[node]
                 if not isinstance(e, SessionLost):
                     raise
-                self.state.leases.pop(node, None)  # registered again on the next pass
+                state.leases.pop(node, None)  # registered again on the next pass
 
-        await asyncio.gather(*(send(n) for n in list(self.state.outbox)))
+        await asyncio.gather(*(send(n) for n in list(state.outbox)))
 
     async def _forget(self, all_gangs: Mapping[GangKey, Gang]) -> None:
         """A gang with no pods left and no PodGroup is gone: cancel its job."""
@@ -473,6 +522,7 @@ class KubeScheduler:
             for st in changes.nodes:
                 if st.node in mine:
                     self.state.desired[st.node] = st.replicas
+            self.state.desired_seq += 1
             since = changes.seq
             self._wake.set()
 

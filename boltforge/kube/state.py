@@ -59,6 +59,7 @@ class SchedulerState:
     leases: dict[str, Lease] = field(default_factory=dict)
     beat_at: float = 0.0
     desired: dict[str, list[ReplicaSpec]] = field(default_factory=dict)
+    desired_seq: int = 0  # grows with every change to ``desired``
     job_of: dict[GangKey, str] = field(default_factory=dict)
     gang_of: dict[str, GangKey] = field(default_factory=dict)
     placed: dict[str, Placed] = field(default_factory=dict)  # by replica id
@@ -74,7 +75,16 @@ class SchedulerState:
         return {p.pod.uid for p in self.placed.values()}
 
     def statuses(self, node: str) -> list[ReplicaStatus]:
+        """What ``node`` runs, as its agent would report it."""
         return [p.status() for p in self.placed.values() if p.node == node and not p.exited]
+
+    def statuses_by_node(self) -> dict[str, list[ReplicaStatus]]:
+        """``statuses`` of every node that runs something, in one sweep."""
+        out: dict[str, list[ReplicaStatus]] = defaultdict(list)
+        for p in self.placed.values():
+            if not p.exited:
+                out[p.node].append(p.status())
+        return out
 
     def link(self, key: GangKey, job: str) -> None:
         self.job_of[key] = job

@@ -6,7 +6,6 @@ FastAPI dependencies, whose per-request bookkeeping costs more than the check.""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -67,20 +66,8 @@ async def heartbeats(body: Heartbeats, request: Request) -> HeartbeatsReply:
     current is listed in ``lost``: it must register again."""
     await agent(request)
     rt = _runtime(request)
-    now = rt.clock()
-    names = list(body.beats)
-    results = await asyncio.gather(
-        *(rt.feed.heartbeat(n, body.beats[n], now) for n in names), return_exceptions=True
-    )
-    reply = HeartbeatsReply()
-    for name, result in zip(names, results, strict=True):
-        if isinstance(result, Lease):
-            reply.leases[name] = result
-        elif isinstance(result, protocol.SessionMismatch):
-            reply.lost.append(name)
-        else:
-            raise result
-    return reply
+    renewed = await rt.feed.heartbeats(body.beats, rt.clock())
+    return HeartbeatsReply(leases=renewed.leases, lost=renewed.lost)
 
 
 @router.get("/desired")

@@ -89,15 +89,57 @@ def heartbeat(
 ) -> tuple[Lease, Touched]:
     """Renew a node's lease; raise ``SessionMismatch`` when the session is not current. A
     leaving node stays ``suspect``: it keeps its jobs while they stop, and gets no new ones."""
-    node = current(s, name, hb.session)
+    return _renew(s, current(s, name, hb.session), hb, terms, now, None)
+
+
+@dataclass
+class Renewed:
+    """What a batch of heartbeats came to: the leases renewed, the nodes that must register
+    again (their session is not current), and what changed."""
+
+    leases: dict[str, Lease]
+    lost: list[str]
+    touched: Touched
+
+
+def heartbeats(s: Session, beats: dict[str, Heartbeat], terms: LeaseTerms, now: float) -> Renewed:
+    """``heartbeat`` for many nodes at once (a bridge speaking for a cluster), reading their
+    nodes and live replicas in one query each; a node whose session is not current is listed
+    in ``lost`` rather than raising."""
+    names = list(beats)
+    nodes = by_key(s, NodeRow, names)
+    live: dict[str, dict[str, ReplicaRow]] = {n: {} for n in names}
+    query = select(ReplicaRow).where(ReplicaRow.node.in_(names), ReplicaRow.state.in_(LIVE_REPLICA))
+    for rep in s.scalars(query):
+        live[rep.node][rep.id] = rep
+    out = Renewed({}, [], Touched())
+    for name in names:
+        node, hb = nodes.get(name), beats[name]
+        if node is None or node.state == "dead" or node.session != hb.session:
+            out.lost.append(name)
+            continue
+        lease, touched = _renew(s, node, hb, terms, now, live[name])
+        out.leases[name] = lease
+        out.touched |= touched
+    return out
+
+
+def _renew(
+    s: Session,
+    node: NodeRow,
+    hb: Heartbeat,
+    terms: LeaseTerms,
+    now: float,
+    expected: dict[str, ReplicaRow] | None,
+) -> tuple[Lease, Touched]:
     was = node.state
     node.last_heartbeat, node.lease_expires_at = now, now + terms.lease_s
     gpus = merge((node.health or {}).get("gpus"), hb.gpus, now)
     node.state = "suspect" if hb.leaving else "ready"
     node.health = {**hb.health, "gpus": gpus} if gpus else dict(hb.health)
-    stop, touched = reconcile(s, node, hb.running, now, forget_missing=False)
+    stop, touched = reconcile(s, node, hb.running, now, forget_missing=False, expected=expected)
     if was != "ready":
-        touched.nodes.add(name)
+        touched.nodes.add(node.name)
     return _lease(node, terms, stop), touched
 
 
@@ -119,21 +161,24 @@ def current_in(mirror: Mirror, name: str, session: str) -> None:
 
 
 def reconcile(
-    s: Session, node: NodeRow, running: list[ReplicaStatus], now: float, forget_missing: bool
+    s: Session,
+    node: NodeRow,
+    running: list[ReplicaStatus],
+    now: float,
+    forget_missing: bool,
+    expected: dict[str, ReplicaRow] | None = None,
 ) -> tuple[list[str], Touched]:
     """Replicas the node runs that the store does not expect are to be stopped; those it
     expects and still had ``starting`` are adopted as running. With ``forget_missing`` (a
     fresh registration), replicas the store expects there but the node no longer has are
     lost, and a job whose every replica now runs moves to running (a heartbeat leaves that
-    to the start reports already on their way)."""
-    expected = {
-        r.id: r
-        for r in s.scalars(
-            select(ReplicaRow).where(
-                ReplicaRow.node == node.name, ReplicaRow.state.in_(LIVE_REPLICA)
-            )
+    to the start reports already on their way). ``expected``: the node's live replicas by
+    id, when the caller has read them already."""
+    if expected is None:
+        query = select(ReplicaRow).where(
+            ReplicaRow.node == node.name, ReplicaRow.state.in_(LIVE_REPLICA)
         )
-    }
+        expected = {r.id: r for r in s.scalars(query)}
     stop = [
         st.replica
         for st in running

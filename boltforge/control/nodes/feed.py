@@ -49,6 +49,17 @@ class Feed:
             self.scheduler.wake()
         return lease
 
+    async def heartbeats(self, beats: dict[str, Heartbeat], now: float) -> protocol.Renewed:
+        """Many nodes' heartbeats (``heartbeat`` each) in one change of the store."""
+        renewed = await self.writes.write_async(
+            lambda s: protocol.heartbeats(s, beats, self.terms, now)
+        )
+        touched = renewed.touched
+        if touched.nodes or touched.jobs:
+            self.scheduler.announce(touched)
+            self.scheduler.wake()
+        return renewed
+
     async def report(self, node: str, body: AgentReport, now: float) -> tuple[list[str], Touched]:
         """Replica events, log chunks and progress from ``node``; returns the refused
         replica ids and what changed. Raises ``SessionMismatch`` as ``heartbeat`` does."""

@@ -205,6 +205,30 @@ def test_an_unknown_node_is_refused_its_heartbeat_and_its_desired_state(fleet: F
     assert "To fix: register it first" in desired.json()["error"]
 
 
+def test_batched_heartbeats_renew_each_node_as_its_own_heartbeat_would(fleet: Fleet) -> None:
+    job = fleet.submit(make_spec("train", 8))
+    home, rep = placed(fleet, job)
+    stale = next(n for n in fleet.nodes.values() if n is not home)
+    old = stale.session
+    stale.register()
+    fleet.clock.advance(1.0)
+    runs = [status(rep), status(rep, replica="x.0.0")]
+    beats = {
+        home.name: {"session": home.session, "running": runs},
+        stale.name: {"session": old},
+        "nobody": {"session": "s"},
+    }
+    reply = fleet.post("/v1/agents/heartbeats", {"beats": beats}, ADMIN).json()
+
+    assert sorted(reply["lost"]) == sorted([stale.name, "nobody"])
+    assert list(reply["leases"]) == [home.name]
+    assert reply["leases"][home.name]["stop"] == ["x.0.0"]  # runs what the store does not know
+    row = replica_row(fleet, rep.replica)
+    assert (row.state, row.started_at) == ("running", fleet.clock())  # adopted as running
+    nodes = node_states(fleet)
+    assert nodes[home.name]["last_heartbeat"] == fleet.clock()
+
+
 # -- leases on a fake clock ------------------------------------------------------------------
 
 
