@@ -8,6 +8,7 @@ import os
 import random
 import ssl
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,6 +18,7 @@ import httpx
 from platformdirs import user_config_dir
 from pydantic import BaseModel
 
+from boltforge.addresses import CONNECT_S, Addresses
 from boltforge.wire.cost import CostReply
 from boltforge.wire.jobs import (
     ArtifactList,
@@ -90,7 +92,9 @@ class ApiFailure(Exception):
 
 
 class Client:
-    """Calls to one server with one token (``Authorization: Bearer``). An https server's
+    """Calls to one server (or to one of its replicas: ``server`` may list several
+    addresses, comma-separated, see ``addresses.py``) with one token (``Authorization:
+    Bearer``). An https server's
     certificate is verified against the CA bundle ``ca`` (a PEM file) when given, else
     against the system's trusted CAs; a ``ca`` that cannot be loaded raises
     ``boltforge.tls.BadCA``."""
@@ -99,11 +103,19 @@ class Client:
         self, server: str, token: str | None, timeout: float = 30.0, ca: str | Path | None = None
     ) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.server = server
+        self.addresses = Addresses(server)
         self.token = token
         self.http = httpx.Client(
-            base_url=server, headers=headers, timeout=timeout, verify=_verify(ca)
+            base_url=self.addresses.current,
+            headers=headers,
+            timeout=httpx.Timeout(timeout, connect=min(CONNECT_S, timeout)),
+            verify=_verify(ca),
         )
+
+    @property
+    def server(self) -> str:
+        """The server address in use (of those given)."""
+        return self.addresses.current
 
     def close(self) -> None:
         self.http.close()
@@ -132,13 +144,35 @@ class Client:
         return model.model_validate(r.json())
 
     def _send(self, method: str, path: str, timeout: float | None, **kw: Any) -> httpx.Response:
-        try:
-            return self.http.request(method, path, timeout=timeout or self.http.timeout, **kw)
-        except httpx.HTTPError as e:
-            raise _unreachable(self.server, e) from None
+        """One call. One that could not be delivered goes to each other address in turn, as
+        does one cut off mid-way that is safe to send again (a read, or a write carrying an
+        idempotency key); a 503 (a replica with no leader behind it) sends the next call to
+        the next address."""
+        wait = httpx.Timeout(timeout, connect=min(CONNECT_S, timeout)) if timeout else None
+        again = method == "GET" or "Idempotency-Key" in (kw.get("headers") or {})
+        tries = len(self.addresses)
+        while True:
+            try:
+                r = self.http.request(method, path, timeout=wait or self.http.timeout, **kw)
+            except httpx.HTTPError as e:
+                delivered = not isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout))
+                failed, tries = self.server, tries - 1
+                if not tries or (delivered and not again):
+                    raise _unreachable(failed, e) from None
+                self._next_address()
+                continue
+            if r.status_code == 503:
+                self._next_address()
+            return r
+
+    def _next_address(self) -> None:
+        if len(self.addresses) > 1:
+            self.http.base_url = httpx.URL(self.addresses.advance())
 
     def submit(self, req: SubmitRequest, idempotency_key: str | None = None) -> SubmitReply:
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        """Submit ``req``. Without ``idempotency_key`` a fresh one is made, so a submission
+        cut off mid-way is sent again (to the next replica) without making the job twice."""
+        headers = {"Idempotency-Key": idempotency_key or f"bolt-{uuid.uuid4().hex}"}
         body = req.model_dump(exclude_none=True)
         return self._call("POST", "/v1/jobs", SubmitReply, json=body, headers=headers)
 

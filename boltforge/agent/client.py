@@ -17,6 +17,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from boltforge.addresses import CONNECT_S, Addresses
 from boltforge.tls import certificate_problem, verify_with
 from boltforge.wire.agent import (
     AgentReport,
@@ -83,7 +84,8 @@ class Backoff:
 
 
 class ServerClient:
-    """Calls ``/v1/agents/...`` on ``base_url`` with ``Authorization: Bearer <token>``.
+    """Calls ``/v1/agents/...`` on ``base_url`` with ``Authorization: Bearer <token>``;
+    ``base_url`` may list several replicas' addresses, comma-separated (``addresses.py``).
     An https server's certificate is verified against the CA bundle ``ca`` (a PEM file)
     when given, else against the system's trusted CAs; a ``ca`` that cannot be loaded raises
     ``boltforge.tls.BadCA``. ``transport`` lets tests substitute httpx's mock transport."""
@@ -97,9 +99,9 @@ class ServerClient:
         ca: str | Path | None = None,
     ) -> None:
         self.timeout_s = timeout_s
-        self.base_url = base_url.rstrip("/")
+        self.addresses = Addresses(base_url)
         self._http = httpx.AsyncClient(
-            base_url=self.base_url,
+            base_url=self.addresses.current,
             headers={"Authorization": f"Bearer {token}"},
             timeout=timeout_s,
             transport=transport,
@@ -163,13 +165,26 @@ class ServerClient:
         if body is not None:  # defaults are not sent: a server that predates a field takes it
             content = body.model_dump_json(exclude_defaults=True).encode()
         headers = {"Content-Type": "application/json"} if body is not None else {}
-        timeout = timeout_s if timeout_s is not None else self.timeout_s
-        try:
-            reply = await self._http.request(
-                method, path, content=content, headers=headers, timeout=timeout
-            )
-        except httpx.HTTPError as e:
-            raise self._unanswered(f"{method} {path}", e) from e
+        seconds = timeout_s if timeout_s is not None else self.timeout_s
+        timeout = httpx.Timeout(seconds, connect=min(CONNECT_S, seconds))
+        tries = len(self.addresses)
+        while True:
+            try:
+                reply = await self._http.request(
+                    method, path, content=content, headers=headers, timeout=timeout
+                )
+                break
+            except (httpx.ConnectError, httpx.ConnectTimeout) as e:  # never delivered
+                error, tries = self._unanswered(f"{method} {path}", e), tries - 1
+                self._next_address()
+                if not tries:
+                    raise error from e
+            except httpx.HTTPError as e:
+                error = self._unanswered(f"{method} {path}", e)
+                self._next_address()
+                raise error from e
+        if reply.status_code == 503:  # a replica with no leader behind it
+            self._next_address()
         _raise_for(reply)
         try:
             return model.model_validate_json(reply.content)
@@ -177,6 +192,15 @@ class ServerClient:
             raise Unreachable(
                 f"{method} {path}: unexpected reply ({e.error_count()} errors)"
             ) from e
+
+    @property
+    def base_url(self) -> str:
+        """The server address in use (of those given)."""
+        return self.addresses.current
+
+    def _next_address(self) -> None:
+        if len(self.addresses) > 1:
+            self._http.base_url = httpx.URL(self.addresses.advance())
 
     def _unanswered(self, what: str, error: httpx.HTTPError) -> Unreachable:
         """``Untrusted`` when the server's certificate did not verify, else ``Unreachable``."""

@@ -34,6 +34,7 @@ class Bolt(LazyGroup):
         "nodes": Lazy("boltforge.cli.nodes", "nodes_app", FLEET),
         "top": Lazy("boltforge.cli.top", "top_command", FLEET),
         "token": Lazy("boltforge.cli.tokens", "token_app", FLEET),
+        "admin": Lazy("boltforge.cli.admin", "admin_app", FLEET),
         "up": Lazy("boltforge.cli.up", "up_command", DEV),
         "down": Lazy("boltforge.cli.up", "down_command", DEV),
         "demo": Lazy("boltforge.cli.demo", "demo_command", DEV),

@@ -17,6 +17,7 @@ from boltforge.control.auth import new_token
 from boltforge.control.nodes.agents import LeaseTerms
 from boltforge.control.runtime import ServerConfig
 from boltforge.control.store.db import Database, default_url
+from boltforge.control.store.leadership import LeaseTimes
 from boltforge.control.store.models import TokenRow
 from boltforge.core.health import HealthRules, StragglerAction
 from boltforge.core.policy import POLICIES
@@ -186,6 +187,34 @@ def server_command(
             "bucket's size; 0: one second's worth; at least 1 either way).",
         ),
     ] = 0.0,
+    replica: Annotated[
+        str,
+        typer.Option(
+            metavar="NAME",
+            help="Run as one of several replicas on one PostgreSQL store, named NAME (unique "
+            "among them): one leads, the others forward callers to it and take over when "
+            "it goes (docs/operations.md). Needs --advertise.",
+            show_default=False,
+        ),
+    ] = "",
+    advertise: Annotated[
+        str,
+        typer.Option(
+            metavar="URL",
+            help="With --replica: the address the other replicas forward callers to while "
+            "this one leads (http://host:port).",
+            show_default=False,
+        ),
+    ] = "",
+    leader_lease: Annotated[
+        float,
+        typer.Option(
+            min=1.0,
+            help="With --replica: seconds a leader's lease lasts unrenewed before another "
+            "replica takes over (it renews every sixth of it and stops acting after two "
+            "thirds).",
+        ),
+    ] = 3.0,
     tls_cert: Annotated[
         Path | None,
         typer.Option(
@@ -219,6 +248,7 @@ def server_command(
         errors.print(f"[bold red]error[/] --policy {policy!r}: known: {', '.join(POLICIES)}")
         raise typer.Exit(2)
     certfile, keyfile = _tls(tls_cert, tls_key)
+    advertise_url = _advertised(replica, advertise)
     health = _health(straggler_action, straggler_ratio, straggler_samples, progress_timeout)
     teams_spec = _with_images(_teams(teams), require_image, allowed_registry, require_digest)
     hold_s = _seconds("--recovery-hold", recovery_hold)
@@ -246,6 +276,9 @@ def server_command(
         max_in_flight_agents=max_in_flight_agents,
         rate_per_caller=rate_per_caller,
         rate_burst=rate_burst,
+        replica=replica,
+        advertise_url=advertise_url,
+        leader_lease=LeaseTimes(leader_lease, leader_lease / 6, leader_lease * 2 / 3),
     )
     app = create_app(config)
     uvicorn.run(
@@ -259,6 +292,19 @@ def server_command(
         ssl_certfile=certfile,
         ssl_keyfile=keyfile,
     )
+
+
+def _advertised(replica: str, advertise: str) -> str:
+    """--advertise, checked: needed with --replica, an http(s) URL."""
+    if not replica:
+        return ""
+    if not advertise.startswith(("http://", "https://")):
+        errors.print(
+            "[bold red]error[/] --replica needs --advertise URL, the http(s) address the "
+            "other replicas forward callers to. To fix: add --advertise http://HOST:PORT"
+        )
+        raise typer.Exit(2)
+    return advertise
 
 
 def _tls(cert: Path | None, key: Path | None) -> tuple[str | None, str | None]:

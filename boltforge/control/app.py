@@ -15,6 +15,7 @@ from fastapi.telemetry import TelemetryConfig
 
 from boltforge import __version__
 from boltforge import console as web
+from boltforge.control import replicas
 from boltforge.control.api import (
     admin,
     agents,
@@ -29,6 +30,7 @@ from boltforge.control.api import (
 from boltforge.control.api.headers import AskedGZip
 from boltforge.control.api.overload import install as install_overload
 from boltforge.control.runtime import Runtime, ServerConfig
+from boltforge.control.store.leadership import Leadership
 from boltforge.control.views import metrics
 
 log = logging.getLogger(__name__)
@@ -41,24 +43,39 @@ def create_app(config: ServerConfig, clock: Callable[[], float] = time.time) -> 
     ``clock`` is the server's time (tests pass a fake one)."""
     rt = Runtime(config, clock)
 
+    leadership = _leadership(rt)
+    acting = asyncio.Event()
+
+    async def act() -> list[asyncio.Task[None]]:
+        await asyncio.to_thread(rt.start)
+        scheduler = asyncio.create_task(rt.scheduler.run(), name="scheduler")
+        tasks = [scheduler, asyncio.create_task(_sample(rt))]
+        rt.scheduler.wake()
+        acting.set()
+        return tasks
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await asyncio.to_thread(rt.start)
         rt.notifier.bind(asyncio.get_running_loop())
-        task = asyncio.create_task(rt.scheduler.run())
-        sampler = asyncio.create_task(_sample(rt))
-        rt.scheduler.wake()
+        tasks: list[asyncio.Task[None]] = []
+        leading: asyncio.Task[None] | None = None
+        if leadership is None:
+            tasks = await act()
+        else:
+            await asyncio.to_thread(rt.db.migrate)
+
+            async def start() -> None:
+                tasks.extend(await act())
+
+            leading = asyncio.create_task(replicas.follow_then_lead(leadership, start))
         try:
             yield
         finally:
-            sampler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sampler
-            rt.scheduler.stop()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(task, 10)
-            rt.intake.close()
-            rt.agent_writes.close()
+            await _stop(rt, tasks, acting.is_set())
+            if leadership is not None and leading is not None:  # the lease, last
+                leading.cancel()
+                await asyncio.gather(leading, return_exceptions=True)
+                await asyncio.to_thread(leadership.release)
             rt.db.close()
 
     app = FastAPI(
@@ -71,7 +88,9 @@ def create_app(config: ServerConfig, clock: Callable[[], float] = time.time) -> 
     app.state.runtime = rt
     errors.install(app)
     app.add_middleware(AskedGZip, minimum_size=GZIP_MIN_BYTES)  # not event streams
-    install_overload(app, rt)  # outermost: sheds a flood before anything is read
+    install_overload(app, rt)  # sheds a flood before anything is read
+    if leadership is not None:  # outermost: a follower sends callers to the leader
+        app.add_middleware(replicas.FollowerForward, leadership=leadership, acting=acting)
     for module in (jobs, agents, artifacts, nodes, admin, cost, console, stream):
         app.include_router(module.router)
     metrics.install(app, rt)  # GET /metrics: unauthenticated, aggregates only
@@ -79,9 +98,37 @@ def create_app(config: ServerConfig, clock: Callable[[], float] = time.time) -> 
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+        """Up; with leader election, also whether this replica leads (and acts) or follows."""
+        if leadership is None:
+            return {"status": "ok"}
+        role = "leader" if leadership.leading and acting.is_set() else "follower"
+        return {"status": "ok", "role": role, "replica": leadership.holder}
 
     return app
+
+
+def _leadership(rt: Runtime) -> Leadership | None:
+    """The replica's side of the leader lease, when leader election is on."""
+    config = rt.config
+    if not config.replica:
+        return None
+    leadership = Leadership(rt.db, config.replica, config.advertise_url, config.leader_lease)
+    rt.db.fence = leadership.fence
+    return leadership
+
+
+async def _stop(rt: Runtime, tasks: list[asyncio.Task[None]], acting: bool) -> None:
+    """Stop the loop and the sampler (when they run) and the writers."""
+    for task in tasks:
+        if task.get_name() != "scheduler":
+            task.cancel()
+    if acting:
+        rt.scheduler.stop()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            await asyncio.wait_for(task, 10)
+    rt.intake.close()
+    rt.agent_writes.close()
 
 
 def _otel_configured() -> bool:

@@ -24,6 +24,7 @@ from boltforge.control.scheduling.quotas import TeamQuotas
 from boltforge.control.scheduling.world import Caches, World, fleet_of, load_world
 from boltforge.control.store.batch import Batcher
 from boltforge.control.store.db import Database
+from boltforge.control.store.leadership import LeaseTimes
 from boltforge.control.store.mirror import Mirror
 from boltforge.control.store.models import TokenRow
 from boltforge.control.views.utilization import History, fragmentation_index, sample
@@ -76,6 +77,11 @@ class ServerConfig:
     max_in_flight_agents: int = 4096
     rate_per_caller: float = 0.0
     rate_burst: float = 0.0
+    # Replicas on one store (``control/replicas.py``): this replica's name (empty: no leader
+    # election, this server acts alone), the address the others send clients to, the lease.
+    replica: str = ""
+    advertise_url: str = ""
+    leader_lease: LeaseTimes = field(default_factory=LeaseTimes)
 
 
 class Runtime:

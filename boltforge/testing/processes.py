@@ -115,6 +115,7 @@ class LocalCluster:
     admin_token: str = "adm-token"
     agent_token: str = "agt-token"
     port: int = 0
+    servers: str = ""  # the agents' --server when not this cluster's own (replicas' list)
     server: Proc | None = None
     agents: dict[str, Proc] = field(default_factory=dict)
 
@@ -175,7 +176,7 @@ class LocalCluster:
             *bolt(),
             "agent",
             "--server",
-            self.url,
+            self.servers or self.url,
             "--token",
             self.agent_token,
             "--inventory",

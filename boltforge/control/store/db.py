@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -13,14 +13,15 @@ from typing import Any, TypeVar
 from alembic import command
 from alembic.config import Config
 from platformdirs import user_data_dir
-from sqlalchemy import Engine, create_engine, event, select
+from sqlalchemy import Engine, create_engine, event, select, text
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.engine import make_url
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker
 from sqlalchemy.orm.util import identity_key
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 M = TypeVar("M")
+MIGRATE_LOCK = 0x6B6F6C74  # the advisory lock PostgreSQL replicas migrate under
 
 
 def default_url() -> str:
@@ -44,6 +45,9 @@ class Database:
         self.engine = make_engine(url)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._turns: threading.RLock | None = threading.RLock() if self.is_sqlite else None
+        self.fence: Callable[[Session], None] | None = None
+        event.listen(self.sessions, "after_flush", _wrote)
+        event.listen(self.sessions, "do_orm_execute", _executes)
 
     @property
     def is_sqlite(self) -> bool:
@@ -54,14 +58,26 @@ class Database:
         config = Config()
         config.set_main_option("script_location", str(MIGRATIONS))
         with self.engine.begin() as connection:
+            if not self.is_sqlite:  # replicas starting together migrate one at a time
+                connection.execute(
+                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATE_LOCK}
+                )
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
 
     @contextmanager
-    def session(self) -> Iterator[Session]:
+    def session(self, fenced: bool = True) -> Iterator[Session]:
+        """A session that commits at the end of the block (see the class docstring). With a
+        ``fence`` set (server replicas, ``leadership.py``), a session that wrote anything
+        runs it before committing; it raises to refuse the whole transaction. ``fenced=False``:
+        the lease's own reads and writes."""
         with self._turns or contextlib.nullcontext(), self.sessions() as s:
             try:
                 yield s
+                fence = self.fence if fenced else None
+                if fence is not None and (s.new or s.dirty or s.deleted or s.info.get(WROTE)):
+                    s.flush()
+                    fence(s)
                 s.commit()
             except BaseException:
                 s.rollback()
@@ -69,6 +85,18 @@ class Database:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+WROTE = "boltforge.wrote"
+
+
+def _wrote(s: Session, _context: Any) -> None:
+    s.info[WROTE] = True
+
+
+def _executes(state: ORMExecuteState) -> None:
+    if state.is_insert or state.is_update or state.is_delete:
+        state.session.info[WROTE] = True
 
 
 def by_key(s: Session, model: type[M], keys: Iterable[str]) -> dict[str, M]:

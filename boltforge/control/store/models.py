@@ -222,3 +222,20 @@ class CounterRow(Base):
 
     name: Mapped[str] = mapped_column(String(32), primary_key=True)
     value: Mapped[int] = mapped_column(Integer)
+
+
+class LeaderRow(Base):
+    """The leader lease of the server replicas sharing this store (one row, ``id`` 1).
+    ``term`` is the fencing token: it grows by one at every change of holder, and a write
+    made under an older term is refused. ``renewals`` grows at every renewal, so that the
+    others see the lease alive by watching it change on their own clocks."""
+
+    __tablename__ = "leader"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    holder: Mapped[str] = mapped_column(String(200))
+    url: Mapped[str] = mapped_column(String(500))
+    term: Mapped[int] = mapped_column(Integer)
+    renewals: Mapped[int] = mapped_column(Integer)
+    lease_s: Mapped[float] = mapped_column(Float)
+    acquired_at: Mapped[float] = mapped_column(Float)
