@@ -13,6 +13,8 @@ it must stop on its own). A failed replica is started again as a follower.
   at the same time, from the processes' own start and end records.
 - **duplicate_starts**: replicas (a job's replica in one epoch) whose process started more
   than once.
+- **orphans**: job processes that started and never ended: still running when the run
+  ends, or killed without the grace to say so.
 - **unfinished**: accepted jobs not finished when the run ends (not an error by itself).
 
 ``--json`` prints the figures as one object. Figures depend on the machine; nothing here
@@ -95,8 +97,9 @@ class Flow:
             return
 
 
-def overlaps(record: Path) -> tuple[int, int]:
-    """(double allocations, duplicate starts) from the processes' records."""
+def overlaps(record: Path) -> tuple[int, int, int]:
+    """(double allocations, duplicate starts, orphans) from the processes' records; an
+    orphan started and never ended (it still runs, or was killed without its grace)."""
     starts: Counter[str] = Counter()
     spans: dict[str, list[float]] = {}
     where: dict[str, tuple[str, list[str]]] = {}
@@ -117,7 +120,8 @@ def overlaps(record: Path) -> tuple[int, int]:
         runs.sort()
         for (_, end), (start, _) in itertools.pairwise(runs):
             double += start < end
-    return double, sum(1 for c in starts.values() if c > 1)
+    orphans = sum(1 for _, end in spans.values() if end == float("inf"))
+    return double, sum(1 for c in starts.values() if c > 1), orphans
 
 
 def main() -> None:
@@ -193,7 +197,7 @@ def figures(
             if all(listed.get(j) in TERMINAL for j in ids) or time.monotonic() > deadline:
                 break
             time.sleep(1.0)
-    double, duplicates = overlaps(record)
+    double, duplicates, orphans = overlaps(record)
     return {
         "failovers": len(times),
         "failover_s": {
@@ -206,6 +210,7 @@ def figures(
         "unfinished": sum(1 for j in ids if listed.get(j) not in TERMINAL),
         "double_allocations": double,
         "duplicate_starts": duplicates,
+        "orphans": orphans,
     }
 
 
