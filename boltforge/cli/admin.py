@@ -16,7 +16,7 @@ from rich.table import Table
 
 from boltforge.cli.common import console, errors, print_json
 from boltforge.cli.remote import JsonOpt, fail
-from boltforge.control.store.backup import (
+from boltforge.control.store.backups import (
     BackupError,
     BackupSummary,
     RestoreSummary,

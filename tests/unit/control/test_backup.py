@@ -24,8 +24,7 @@ from control_kit import ADMIN, Fleet, fresh_database, make_spec, postgres_server
 from sqlalchemy import create_engine, inspect, select
 from sqlalchemy.orm import Session
 
-from boltforge.control.store import backup as backups
-from boltforge.control.store.backup import BackupError, StoreNotEmpty, backup, restore
+from boltforge.control.store.backups import BackupError, StoreNotEmpty, backup, batches, restore
 from boltforge.control.store.db import MIGRATIONS, Database
 from boltforge.control.store.models import Base, JobRow, LeaderRow
 
@@ -445,7 +444,7 @@ Failure = Callable[[pytest.MonkeyPatch], tuple[Callable[[str, int, int], None] |
 
 def disk_fills_up(monkeypatch: pytest.MonkeyPatch) -> tuple[None, type[BaseException]]:
     """The disk is full from the third write of the backup on."""
-    monkeypatch.setattr(backups, "BATCH", 2)
+    monkeypatch.setattr(batches, "BATCH", 2)
     writes = iter(range(1_000_000))
     real = gzip.GzipFile.write
 
