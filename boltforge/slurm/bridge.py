@@ -11,7 +11,9 @@ Each pass (every ``poll_s``, or at once when a node's desired state changes) it:
    so a restarted bridge finds it again and nothing is submitted twice;
 4. carries out the desired states: a gang whose replicas are all bound is started on
    exactly their nodes; a replica to stop gets ``SIGTERM`` (the checkpoint signal) and,
-   once its job ended or its grace ran out, its job is requeued held;
+   once its job ended or its grace ran out, its job is requeued held; a job sent with
+   ``bolt submit`` (no Slurm job stands for it) gets one made for each placement
+   (``launch.py``), ended rather than requeued when stopped;
 5. reports what Slurm did to the jobs it started: running, finished (with the exit code),
    ended with a node;
 6. writes why each job waits, or where it went, into its comment (``squeue -o "%i %k"``).
@@ -34,6 +36,7 @@ from boltforge.agent.client import AgentClientError, ServerClient, SessionLost
 from boltforge.client import ApiFailure, Client
 from boltforge.slurm.commands import Slurm, SlurmError
 from boltforge.slurm.gang import TAG, BridgeState, Gang, job_comment, parse_admin_comment
+from boltforge.slurm.launch import batch_script, gpus_per_node
 from boltforge.slurm.model import SlurmJob, SlurmNode
 from boltforge.slurm.translate import (
     COMMAND,
@@ -55,9 +58,9 @@ from boltforge.wire.jobs import TERMINAL, SubmitRequest
 log = logging.getLogger("boltforge.slurm")
 
 RUNNING = frozenset({"RUNNING", "COMPLETING", "CONFIGURING"})
-NOT_FROM_SLURM = (
-    "this node is scheduled through Slurm, which runs only jobs sent with sbatch; "
-    "submit it with sbatch to a partition Boltforge manages"
+SHARED_NODE = (
+    "on Slurm each replica of a job needs a node of its own, and two of this job's replicas "
+    "were placed on one node; ask for whole nodes (gpus a multiple of the node's GPUs)"
 )
 
 
@@ -141,6 +144,8 @@ class SlurmBridge:
                 self.state.bf_of[sid] = bf
             if gang is not None:
                 self.state.last_epoch[sid] = gang.epoch
+                if gang.made:
+                    self.state.made[sid] = (gang.job, gang.epoch)
                 if job.state in RUNNING:
                     self.state.gangs[sid] = gang
 
@@ -265,12 +270,12 @@ class SlurmBridge:
         return out
 
     async def _start_gangs(self) -> None:
-        sid_of = {bf: sid for sid, bf in self.state.bf_of.items()}
+        made = set(self.state.made.values())
+        sid_of = {bf: sid for sid, bf in self.state.bf_of.items() if sid not in self.state.made}
         for (bf, epoch), placed in self._wanted("run").items():
             sid = sid_of.get(bf)
-            if sid is None and self._not_from_slurm(bf, epoch):
-                self._queue(Gang(bf, epoch, placed).events("failed", detail=NOT_FROM_SLURM))
-                self.state.foreign.add((bf, epoch))
+            if sid is None and (bf, epoch) not in made and self._not_from_slurm(bf, epoch):
+                await self._make(bf, epoch, placed)
                 continue
             job = self.jobs.get(sid) if sid else None
             if sid is None or job is None or len(placed) < job.node_count:
@@ -297,11 +302,37 @@ class SlurmBridge:
 
     def _not_from_slurm(self, bf: str, epoch: int) -> bool:
         """A job bound to these nodes that no Slurm job stands for (``bolt submit`` to a
-        Slurm-backed server), not yet told it cannot start here."""
+        Slurm-backed server), not refused already."""
         if (bf, epoch) in self.state.foreign:
             return False
         specs = [s for ss in self.state.desired.values() for s in ss if s.job == bf]
         return bool(specs) and all(s.command[:1] != [COMMAND] for s in specs)
+
+    async def _make(self, bf: str, epoch: int, placed: dict[str, str]) -> None:
+        """Start an epoch of a ``bolt submit`` job: a held Slurm job running its replicas
+        (``launch.py``), pinned to the nodes they were bound to and released."""
+        specs = {
+            node: spec
+            for node, desired in self.state.desired.items()
+            for spec in desired
+            if spec.action == "run" and spec.job == bf and spec.epoch == epoch
+        }
+        if len(specs) < len(placed):
+            self._queue(Gang(bf, epoch, placed).events("failed", detail=SHARED_NODE))
+            self.state.foreign.add((bf, epoch))
+            return
+        ordered = dict(sorted(placed.items(), key=lambda kv: int(kv[0].rsplit(".", 1)[1])))
+        script = batch_script(specs)
+        gpus = gpus_per_node(specs)
+        name = f"bolt-{bf}"
+        cwd = next((s.cwd for s in specs.values() if s.cwd), None)  # where slurm-ID.out goes
+        sid = await self.slurm.submit_held(self.partitions[0], len(specs), gpus, name, script, cwd)
+        gang = Gang(bf, epoch, ordered, made=True)
+        self.state.bf_of[sid], self.state.made[sid] = bf, (bf, epoch)
+        await self.slurm.admin_comment(sid, gang.admin_comment())
+        await self.slurm.start_on(sid, list(ordered.values()))
+        self.state.gangs[sid], self.state.last_epoch[sid] = gang, epoch
+        log.info("made Slurm job %s for %s epoch %d on %s", sid, bf, epoch, ",".join(specs))
 
     def _stop_replica(self, replica: str) -> None:
         for gang in self.state.gangs.values():
@@ -324,7 +355,7 @@ class SlurmBridge:
                 continue
             job = self.jobs.get(sid)
             if gang.signalled_at is None and job is not None and job.state in RUNNING:
-                await self.slurm.signal(sid)
+                await self.slurm.signal(sid, full=not gang.made)  # made: its step runs it
                 gang.signalled_at = time.monotonic()
                 log.info("sent SIGTERM to Slurm job %s (%s epoch %d)", sid, gang.job, gang.epoch)
             ended = job is None or job.finished or job.state == "PENDING"
@@ -341,6 +372,10 @@ class SlurmBridge:
         detail = await asyncio.to_thread(self.api.job, gang.job)
         if job is None or job.state == "CANCELLED":
             pass  # gone, or its user cancelled it in Slurm meanwhile: it stays so
+        elif gang.made:  # its next epoch gets a Slurm job of its own, on its own nodes
+            if not job.finished:
+                self.state.cancelled.add(sid)
+                await self.slurm.cancel(sid)
         elif detail.state in TERMINAL:
             if not job.finished:
                 await self.slurm.cancel(sid)

@@ -62,9 +62,22 @@ class Slurm:
         await self.run("scontrol", "update", f"JobId={job}", f"NodeList={pinned}", "StartTime=now")
         await self.run("scontrol", "release", job)
 
-    async def signal(self, job: str, signal: str = "TERM") -> None:
-        """Send ``signal`` to the batch script and every step of a running job."""
-        await self.run("scancel", f"--signal={signal}", "--full", job)
+    async def submit_held(
+        self, partition: str, nodes: int, gpus: int, name: str, script: str, cwd: str | None
+    ) -> str:
+        """``sbatch`` a held job of ``nodes`` nodes with ``gpus`` GPUs each running the shell
+        ``script``; its Slurm job id."""
+        args = ["sbatch", "--parsable", "--hold", f"--partition={partition}"]
+        args += [f"--nodes={nodes}", "--ntasks-per-node=1", f"--job-name={name}"]
+        args += [f"--gres=gpu:{gpus}"] if gpus else []
+        args += [f"--chdir={cwd}"] if cwd else []
+        out = await self.run(*args, f"--wrap={script}")
+        return out.strip().split(";", 1)[0]
+
+    async def signal(self, job: str, signal: str = "TERM", full: bool = True) -> None:
+        """Send ``signal`` to every step of a running job, and with ``full`` to its batch
+        script too (a job whose script is the workload)."""
+        await self.run("scancel", f"--signal={signal}", *(["--full"] if full else []), job)
 
     async def requeue_held(self, job: str) -> None:
         """End what still runs and put the job back in the queue, held for Boltforge."""

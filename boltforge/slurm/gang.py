@@ -12,6 +12,7 @@ from typing import Literal
 from boltforge.wire.agent import Lease, ReplicaEvent, ReplicaSpec, ReplicaStatus
 
 TAG = "boltforge"
+MADE = "made=1"  # in the admin comment: the bridge made this Slurm job (``launch.py``)
 
 
 @dataclass
@@ -26,6 +27,7 @@ class Gang:
     started: bool = False
     stop_by: float | None = None
     signalled_at: float | None = None
+    made: bool = False  # the bridge made the Slurm job (``bolt submit``, ``launch.py``)
 
     def statuses(self, node: str) -> list[ReplicaStatus]:
         state: Literal["running", "stopping"] = "running" if self.stop_by is None else "stopping"
@@ -53,7 +55,8 @@ class Gang:
 
     def admin_comment(self) -> str:
         placed = ",".join(f"{r}@{n}" for r, n in self.replicas.items())
-        return f"{job_comment(self.job)} epoch={self.epoch} replicas={placed}"
+        made = f" {MADE}" if self.made else ""
+        return f"{job_comment(self.job)} epoch={self.epoch} replicas={placed}{made}"
 
 
 def job_comment(job: str) -> str:
@@ -70,7 +73,8 @@ def parse_admin_comment(text: str) -> tuple[str | None, Gang | None]:
     if job is None or "epoch" not in fields or "replicas" not in fields:
         return job, None
     placed = dict(p.split("@", 1) for p in fields["replicas"].split(",") if "@" in p)
-    return job, Gang(job, int(fields["epoch"]), placed, started=True)
+    made = f"made={fields.get('made')}" == MADE
+    return job, Gang(job, int(fields["epoch"]), placed, started=True, made=made)
 
 
 @dataclass
@@ -86,6 +90,7 @@ class BridgeState:
     refused: set[str] = field(default_factory=set)
     cancelled: set[str] = field(default_factory=set)
     foreign: set[tuple[str, int]] = field(default_factory=set)
+    made: dict[str, tuple[str, int]] = field(default_factory=dict)  # Slurm job -> (job, epoch)
     unstarted: set[tuple[str, int]] = field(default_factory=set)
     cordoned: set[str] = field(default_factory=set)
     comments: dict[str, str] = field(default_factory=dict)

@@ -52,7 +52,7 @@ class SlurmFleet:
         env = {**child_env(self.data), "SLURM_CONF": str(self.slurm.conf)}
         cmd = [*bolt(), "slurm-bridge", "--server", self.server.url, "--grace", "20"]
         cmd += ["--token", self.server.admin_token]
-        self.bridge = spawn(cmd, self.data / "bridge.log", env)
+        self.bridge = spawn(cmd, self.data / "bridge.log", env, cwd=self.data)
 
     def kill_bridge(self) -> None:
         assert self.bridge is not None

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from slurm_kit import SlurmFleet, scheduled_slurm, wait_until
 
+from boltforge.testing.slurm_fleet import TRAINER
 from boltforge.wire.jobs import SubmitRequest
 
 
@@ -125,15 +126,56 @@ def test_a_job_cancelled_with_scancel_is_cancelled_in_boltforge(tmp_path: Path) 
         wait_until(lambda: fleet.api.job(bf).state == "cancelled", 20, "Boltforge to cancel it")
 
 
-def test_a_job_sent_with_bolt_submit_fails_at_its_start_saying_to_use_sbatch(
+def test_a_job_sent_with_bolt_submit_runs_as_a_slurm_job_on_the_nodes_it_was_placed_on(
     tmp_path: Path,
 ) -> None:
+    ran = tmp_path / "ran.txt"
+    record = f'echo "$BOLT_REPLICA $SLURMD_NODENAME $SLURM_JOB_ID" >> {ran}'
     with scheduled_slurm(tmp_path) as fleet:
-        spec = {"name": "native", "team": "research", "gpus": 8, "command": ["true"]}
+        spec = {"name": "native", "team": "research", "gpus": 16, "command": ["sh", "-c", record]}
         job = fleet.api.submit(SubmitRequest(spec=spec)).job.id
-        wait_until(lambda: fleet.api.job(job).state == "failed", 30, "the job to fail")
-        said = " ".join(e.message for e in fleet.api.job(job).events)
-        assert "submit it with sbatch" in said
+        wait_until(lambda: fleet.api.job(job).state == "succeeded", 60, "the job to succeed")
+        placed = {r.replica: r.node for r in fleet.api.job(job).placement}
+        lines = sorted(tuple(line.split()) for line in ran.read_text().splitlines())
+        assert [(r, n) for r, n, _ in lines] == sorted(placed.items())  # each on its node
+        [sid] = {sid for _, _, sid in lines}  # one Slurm job ran them all
+        assert fleet.boltforge_id(sid) == job
+        assert len(rack_of(fleet, list(placed.values()))) == 1
+
+
+def test_a_bolt_submit_job_preempted_through_slurm_resumes_from_its_checkpoint_in_a_new_slurm_job(
+    tmp_path: Path,
+) -> None:
+    ckpt = tmp_path / "low.ckpt"
+    per_rank = TRAINER.format(ckpt=f"{ckpt}.$RANK", steps=600)
+    with scheduled_slurm(tmp_path) as fleet:
+        spec = {
+            "name": "low",
+            "team": "batch",
+            "gpus": 64,
+            "priority": "low",
+            "command": ["sh", "-c", per_rank],
+        }
+        low = fleet.api.submit(SubmitRequest(spec=spec)).job.id
+        rank0 = Path(f"{ckpt}.0")
+        wait_until(lambda: checkpointed(rank0) >= 20, 60, "a checkpoint")
+        first = {sid for sid in fleet.queue() if fleet.boltforge_id(sid) == low}
+
+        high, _ = fleet.trainer(
+            "high", "-N2", "--gres=gpu:8", "-A", "research", "--qos=high", steps=10
+        )
+        wait_until(lambda: state(fleet, high) == "COMPLETED", 60, "the high job to run")
+        wait_until(lambda: running_at_epoch(fleet, low, 2), 60, "the low job to run again")
+
+        made = {sid for sid in fleet.queue() if fleet.boltforge_id(sid) == low}
+        assert len(first) == 1 and len(made) == 2  # a Slurm job of its own for each epoch
+        [old] = first
+        assert state(fleet, old) == "COMPLETED"  # its replicas checkpointed and exited 0
+        history = Path(f"{rank0}.log").read_text().split()
+        assert history[1::3][:3] == ["start", "term", "start"], "the checkpoint signal, a restart"
+        term_step, resumed_step = int(history[5]), int(history[8])
+        assert resumed_step == term_step >= 20  # resumed from the checkpoint the signal wrote
+        assert fleet.api.job(low).preemptions == 1
 
 
 def test_a_node_drained_in_slurm_is_cordoned_and_comes_back_when_resumed(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ class FakeSlurm:
         self.queue: dict[str, SlurmJob] = {}
         self.nodes_: list[SlurmNode] = parse_nodes({"nodes": [sinfo_node(name=n) for n in NODES]})
         self.ran: list[tuple[str, ...]] = []
+        self.scripts: list[str] = []
 
     def submit(self, **fields: Any) -> str:
         (job,) = parse_jobs({"jobs": [squeue_job(**{**HELD, **fields})]})
@@ -47,8 +48,15 @@ class FakeSlurm:
         self.ran.append(("start_on", job, ",".join(nodes)))
         self.set(job, priority=1, reason="None")
 
-    async def signal(self, job: str, signal: str = "TERM") -> None:
-        self.ran.append(("signal", job))
+    async def signal(self, job: str, signal: str = "TERM", full: bool = True) -> None:
+        self.ran.append(("signal", job) if full else ("signal", job, "steps only"))
+
+    async def submit_held(
+        self, partition: str, nodes: int, gpus: int, name: str, script: str, cwd: str | None
+    ) -> str:
+        self.ran.append(("submit_held", partition, str(nodes), str(gpus), name))
+        self.scripts.append(script)
+        return self.submit(job_id=100 + len(self.scripts), node_count=nodes, name=name)
 
     async def requeue_held(self, job: str) -> None:
         self.ran.append(("requeue_held", job))
@@ -139,15 +147,25 @@ def run(b: SlurmBridge, passes: int = 1) -> None:
     asyncio.run(go())
 
 
-def wants(b: SlurmBridge, action: str, job: str, epoch: int, on: Sequence[str]) -> None:
-    """The server's desired states: replica ``job.epoch.r`` on the ``r``-th node."""
+def wants(
+    b: SlurmBridge,
+    action: str,
+    job: str,
+    epoch: int,
+    on: Sequence[str],
+    command: Sequence[str] = ("slurm-job", "x"),
+) -> None:
+    """The server's desired states: replica ``job.epoch.r`` on the ``r``-th node (a Slurm
+    job's gang unless ``command`` says otherwise)."""
     for rank, node in enumerate(on):
         spec = ReplicaSpec(
             replica=f"{job}.{epoch}.{rank}",
             job=job,
             epoch=epoch,
             action=action,  # type: ignore[arg-type]
-            command=["slurm-job", "x"],
+            command=list(command),
+            gpus=list(range(8)),
+            env={"RANK": str(rank)},
             grace_s=20.0,
         )
         b.state.desired.setdefault(node, []).append(spec)
@@ -272,3 +290,89 @@ def test_a_restarted_bridge_adopts_a_running_gang_from_its_admin_comment() -> No
     running = [(s.replica, s.state) for r in server.registered for s in r.running]
     assert running == [("4.2.0", "running"), ("4.2.1", "running")]
     assert server.submitted == [] and slurm.commands("start_on") == []
+
+
+# -- jobs sent with bolt submit: the bridge makes their Slurm jobs ------------------------------
+
+TRAIN = ("python", "train.py")
+
+
+def test_a_bolt_submit_job_gets_a_held_slurm_job_pinned_to_its_nodes_and_released() -> None:
+    slurm, server = FakeSlurm(), FakeServer()
+    b = bridge(slurm, server)
+    run(b)
+    wants(b, "run", "9", 1, ["n2", "n1"], command=TRAIN)
+    run(b, passes=2)
+    [made] = slurm.commands("submit_held")
+    assert made == ("submit_held", "bolt", "2", "8", "bolt-9")
+    [sid] = [j for j in slurm.queue if b.state.bf_of.get(j) == "9"]
+    assert slurm.commands("start_on") == [("start_on", sid, "n2,n1")]
+    assert slurm.queue[sid].admin_comment.endswith("made=1")
+    assert server.submitted == []  # held by the plugin, but never sent back to the server
+    assert "n1) export RANK=1" in slurm.scripts[0] and "n2) export RANK=0" in slurm.scripts[0]
+
+
+def test_a_made_job_stopped_gets_its_steps_signalled_and_its_next_epoch_a_new_slurm_job() -> None:
+    slurm, server = FakeSlurm(), FakeServer()
+    server.states["9"] = "running"  # sent with bolt submit
+    b = bridge(slurm, server)
+    run(b)
+    wants(b, "run", "9", 1, ["n1"], command=TRAIN)
+    run(b)
+    [first] = list(slurm.queue)
+    slurm.set(first, state="RUNNING")
+    run(b)
+    clear(b)
+    wants(b, "stop", "9", 1, ["n1"], command=TRAIN)
+    run(b)
+    assert slurm.commands("signal") == [("signal", first, "steps only")]
+    slurm.set(first, state="COMPLETED", exit_status=0)
+    run(b)
+    assert slurm.commands("requeue_held", "cancel") == []  # ended: nothing to requeue
+    clear(b)
+    wants(b, "run", "9", 2, ["n2"], command=TRAIN)
+    run(b)
+    second = [j for j in slurm.queue if j != first]
+    assert len(second) == 1 and slurm.commands("start_on")[-1] == ("start_on", second[0], "n2")
+    assert server.cancelled == []  # the Boltforge job carries on
+
+
+def test_a_made_job_still_running_when_its_grace_ends_is_cancelled_not_requeued() -> None:
+    slurm, server = FakeSlurm(), FakeServer()
+    server.states["9"] = "running"
+    b = bridge(slurm, server)
+    run(b)
+    wants(b, "run", "9", 1, ["n1"], command=TRAIN)
+    run(b)
+    [sid] = list(slurm.queue)
+    slurm.set(sid, state="RUNNING")
+    run(b)
+    clear(b)
+    wants(b, "stop", "9", 1, ["n1"], command=TRAIN)
+    run(b)
+    b.state.gangs[sid].stop_by = 0.0  # its grace is over
+    run(b, passes=2)
+    assert slurm.commands("cancel") == [("cancel", sid)]
+    assert slurm.commands("requeue_held") == [] and server.cancelled == []
+
+
+def test_a_restarted_bridge_knows_the_slurm_jobs_it_made() -> None:
+    slurm, server = FakeSlurm(), FakeServer()
+    sid = slurm.submit(job_id=7, node_count=1, job_state="RUNNING", priority=1)
+    slurm.set(sid, admin_comment="boltforge job=4 epoch=1 replicas=4.1.0@n1 made=1")
+    b = bridge(slurm, server)
+    wants(b, "run", "4", 1, ["n1"], command=TRAIN)
+    run(b, passes=2)
+    assert b.state.made == {sid: ("4", 1)}
+    assert slurm.commands("submit_held", "start_on") == []  # not made, nor started, twice
+
+
+def test_replicas_sharing_a_node_cannot_run_as_a_slurm_job_and_say_why() -> None:
+    slurm, server = FakeSlurm(), FakeServer()
+    b = bridge(slurm, server)
+    run(b)
+    wants(b, "run", "9", 1, ["n1", "n1"], command=TRAIN)
+    run(b, passes=2)
+    assert slurm.commands("submit_held") == []
+    [failed, _] = [e for e in server.events if e.kind == "failed"]
+    assert "a node of its own" in (failed.detail or "")
