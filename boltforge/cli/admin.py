@@ -4,6 +4,7 @@ the server runs, and load such a file into a fresh store that a new server carri
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -63,7 +64,7 @@ def backup_command(
     with _failures(), _bars(json) as bars:
         summary = backup(db or default_url(), file, bars)
     if json:
-        print_json(_backup_json(summary))
+        print_json(_as_json(summary))
         return
     console.print(rows_table(summary.tables))
     console.print(
@@ -99,7 +100,7 @@ def restore_command(
     with _failures(), _bars(json) as bars:
         summary = restore(file, url, force, bars)
     if json:
-        print_json(_restore_json(summary))
+        print_json(_as_json(summary))
         return
     console.print(rows_table(summary.tables))
     replaced = f", replacing the {summary.replaced} rows it held" if summary.replaced else ""
@@ -133,29 +134,11 @@ def size(n: int) -> str:
     return f"{n} B"
 
 
-def _backup_json(s: BackupSummary) -> dict[str, Any]:
-    return {
-        "file": s.path,
-        "db": s.url,
-        "revision": s.revision,
-        "created_at": s.created_at,
-        "tables": s.tables,
-        "rows": s.rows,
-        "bytes": s.bytes,
-    }
-
-
-def _restore_json(s: RestoreSummary) -> dict[str, Any]:
-    return {
-        "file": s.path,
-        "db": s.url,
-        "revision": s.revision,
-        "created_at": s.created_at,
-        "tables": s.tables,
-        "rows": s.rows,
-        "replaced": s.replaced,
-        "schema": s.schema,
-    }
+def _as_json(s: BackupSummary | RestoreSummary) -> dict[str, Any]:
+    """A summary as ``--json`` prints it: ``file`` and ``db``, then its other fields and
+    ``rows``."""
+    fields = {k: v for k, v in dataclasses.asdict(s).items() if k not in ("path", "url")}
+    return {"file": s.path, "db": s.url, **fields, "rows": s.rows}
 
 
 @contextmanager

@@ -312,19 +312,26 @@ def test_a_bolt_submit_job_gets_a_held_slurm_job_pinned_to_its_nodes_and_release
     assert "n1) export RANK=1" in slurm.scripts[0] and "n2) export RANK=0" in slurm.scripts[0]
 
 
-def test_a_made_job_stopped_gets_its_steps_signalled_and_its_next_epoch_a_new_slurm_job() -> None:
+def made_and_stopping() -> tuple[FakeSlurm, FakeServer, SlurmBridge, str]:
+    """A ``bolt submit`` job (9) running in the Slurm job the bridge made for it, which the
+    server now wants stopped; the Slurm job's id."""
     slurm, server = FakeSlurm(), FakeServer()
-    server.states["9"] = "running"  # sent with bolt submit
+    server.states["9"] = "running"
     b = bridge(slurm, server)
     run(b)
     wants(b, "run", "9", 1, ["n1"], command=TRAIN)
     run(b)
-    [first] = list(slurm.queue)
-    slurm.set(first, state="RUNNING")
+    [sid] = list(slurm.queue)
+    slurm.set(sid, state="RUNNING")
     run(b)
     clear(b)
     wants(b, "stop", "9", 1, ["n1"], command=TRAIN)
     run(b)
+    return slurm, server, b, sid
+
+
+def test_a_made_job_stopped_gets_its_steps_signalled_and_its_next_epoch_a_new_slurm_job() -> None:
+    slurm, server, b, first = made_and_stopping()
     assert slurm.commands("signal") == [("signal", first, "steps only")]
     slurm.set(first, state="COMPLETED", exit_status=0)
     run(b)
@@ -338,18 +345,7 @@ def test_a_made_job_stopped_gets_its_steps_signalled_and_its_next_epoch_a_new_sl
 
 
 def test_a_made_job_still_running_when_its_grace_ends_is_cancelled_not_requeued() -> None:
-    slurm, server = FakeSlurm(), FakeServer()
-    server.states["9"] = "running"
-    b = bridge(slurm, server)
-    run(b)
-    wants(b, "run", "9", 1, ["n1"], command=TRAIN)
-    run(b)
-    [sid] = list(slurm.queue)
-    slurm.set(sid, state="RUNNING")
-    run(b)
-    clear(b)
-    wants(b, "stop", "9", 1, ["n1"], command=TRAIN)
-    run(b)
+    slurm, server, b, sid = made_and_stopping()
     b.state.gangs[sid].stop_by = 0.0  # its grace is over
     run(b, passes=2)
     assert slurm.commands("cancel") == [("cancel", sid)]
