@@ -4,11 +4,12 @@ A replica started with leader election (``bolt server --replica NAME --advertise
 follows until it takes the lease (``store/leadership.py``). While it follows, it forwards
 every call but ``/healthz`` to the leader's advertised address and streams the answer
 back, so a client may call any replica; ``503`` with ``Retry-After`` while no leader is
-known or answers (clients given several addresses try the next). Once it leads, it recovers from the
-store exactly as a restarted server does (the mirror, the nodes' leases, the jobs' state)
-and acts. A leader that cannot renew its lease within the renew deadline, or whose write
-the store refused for an older term, stops at once (the process exits with
-``EXIT_DEPOSED``): it must not act past its lease, and its successor recovers what it left.
+known or answers (clients given several addresses try the next). Once it leads, it
+recovers from the store exactly as a restarted server does (the mirror, the nodes'
+leases, the jobs' state) and acts. A leader that cannot renew its lease within the renew
+deadline, or whose write the store refused for an older term, stops at once (the process
+exits with ``EXIT_DEPOSED``): it must not act past its lease, and its successor recovers
+what it left.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ async def follow_then_lead(
     acting: ``on_lost`` (by default the process exits) as soon as the lease is lost, has
     not been renewed in time, or the start failed."""
     every = leadership.times.renew_every_s
-    while not await asyncio.to_thread(leadership.try_acquire):
+    while not await _acquired(leadership):
         await asyncio.sleep(every)
     keeper = Keeper(leadership, on_lost)
     keeper.start()
@@ -67,6 +68,15 @@ async def follow_then_lead(
         await asyncio.Event().wait()  # until cancelled
     finally:
         keeper.stop()
+
+
+async def _acquired(leadership: Leadership) -> bool:
+    """One try for the lease; a store that cannot be reached is tried again later."""
+    try:
+        return await asyncio.to_thread(leadership.try_acquire)
+    except Exception as e:
+        log.warning("trying for the leader lease failed: %s", e)
+        return False
 
 
 class Keeper(threading.Thread):

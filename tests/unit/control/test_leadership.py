@@ -207,3 +207,30 @@ def test_a_replica_whose_term_another_took_stops_acting(db: Database) -> None:
 
     [why] = lead(db, start, 1.0)
     assert "term is over" in why
+
+
+def test_a_follower_that_cannot_reach_the_store_keeps_trying(db: Database) -> None:
+    tries: list[int] = []
+    leadership = Leadership(Database(db.url), "a", "http://a", QUICK)
+    real = leadership.try_acquire
+
+    def flaky() -> bool:
+        tries.append(1)
+        if len(tries) < 3:
+            raise OperationalError("select", {}, Exception("connection refused"))
+        return real()
+
+    leadership.try_acquire = flaky  # type: ignore[method-assign]
+    started: list[bool] = []
+
+    async def start() -> None:
+        started.append(True)
+
+    async def main() -> None:
+        task = asyncio.create_task(follow_then_lead(leadership, start, lambda why: None))
+        await asyncio.sleep(QUICK.renew_every_s * 6)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(main())
+    assert len(tries) >= 3 and started == [True]
