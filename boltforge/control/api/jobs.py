@@ -61,18 +61,16 @@ KEY_HEADER = {
 async def submit(req: SubmitRequest, request: Request) -> Response:
     """Validate and queue a job (or an array job). Bad input: 422 naming each field and its
     fix, and nothing is stored. A repeated idempotency key (the body's ``idempotency_key``
-    or the ``Idempotency-Key`` header) returns the first job (200). Validation runs on the
-    event loop (it is quick and reads no store); the writer thread stores the job.
+    or the ``Idempotency-Key`` header) returns the first job (200): the store's unique key
+    refuses the second insert, and the first job is read then, so a key costs a first
+    submission nothing. Validation runs on the event loop (it is quick and reads no store);
+    the writer thread stores the job.
 
     The busiest route: it checks its caller itself rather than through a dependency, whose
     per-request bookkeeping in FastAPI costs more than the check."""
     who = await actor(request)
     rt: Runtime = request.app.state.runtime
     key = req.idempotency_key or _key_header(request)
-    if key:
-        again = await run_in_threadpool(_existing, rt, key, who)
-        if again is not None:
-            return _reply(again, 200)
     spec, tasks = parse_request(req)
     if not who.acts_for_team(spec.team):
         raise ApiError(
