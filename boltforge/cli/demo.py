@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.rule import Rule
 
 from boltforge.cli import localfleet
@@ -146,7 +147,7 @@ def in_fleet(
         fleet = start(root)
         ok = tell(fleet)
     except (FleetError, DemoError, ApiFailure) as e:
-        console.print(f"[bold red]error[/] {e}", highlight=False)
+        console.print(f"[bold red]error[/] {escape(str(e))}", highlight=False)
     except KeyboardInterrupt:
         console.print("interrupted", highlight=False)
     finally:

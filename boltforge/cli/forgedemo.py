@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.rule import Rule
 
 from boltforge.cli import localfleet
@@ -61,7 +62,7 @@ def run_forge_demo(console: Console) -> int:
     console.print(Rule("Boltforge demo: containers on GPU, CPU and storage nodes", align="left"))
     problem = engine_problem()
     if problem is not None:
-        console.print(f"[bold red]error[/] {problem}", highlight=False)
+        console.print(f"[bold red]error[/] {escape(problem)}", highlight=False)
         return 2
     return in_fleet(console, lambda root: _start(console, root), lambda f: _tell(console, f))
 

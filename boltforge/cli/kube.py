@@ -7,6 +7,7 @@ import socket
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from boltforge.cli.common import EXIT_BAD_INPUT, errors
 
@@ -95,8 +96,8 @@ def kube_scheduler_command(
         kube = api_client(kubeconfig)
     except ConfigException as e:
         errors.print(
-            f"[bold red]error[/] --kubeconfig: {e}. To fix: pass --kubeconfig PATH, set "
-            "KUBECONFIG, or run in a pod with a service account",
+            f"[bold red]error[/] --kubeconfig: {escape(str(e))}. To fix: pass --kubeconfig PATH, "
+            "set KUBECONFIG, or run in a pod with a service account",
             highlight=False,
         )
         raise typer.Exit(EXIT_BAD_INPUT) from None

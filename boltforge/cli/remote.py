@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from typing import Annotated, NoReturn
 
 import typer
+from rich.markup import escape
 from rich.text import Text
 from typer._click.globals import get_current_context
 
@@ -61,8 +62,10 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")
 
 
 def fail(message: str, code: int = EXIT_REFUSED) -> NoReturn:
-    """Print ``error: message`` (which ends with the fix) on stderr and exit with ``code``."""
-    errors.print(f"[bold red]error[/] {message}", highlight=False, soft_wrap=True)
+    """Print ``error: message`` (which ends with the fix) on stderr and exit with ``code``.
+    ``message`` is plain text: brackets in it (user input, validation messages) are shown
+    as they are, never read as markup."""
+    errors.print(f"[bold red]error[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -245,7 +245,10 @@ def server_command(
     from boltforge.control.app import create_app
 
     if policy not in POLICIES:
-        errors.print(f"[bold red]error[/] --policy {policy!r}: known: {', '.join(POLICIES)}")
+        errors.print(
+            f"[bold red]error[/] --policy {escape(repr(policy))}: known: {', '.join(POLICIES)}",
+            highlight=False,
+        )
         raise typer.Exit(2)
     certfile, keyfile = _tls(tls_cert, tls_key)
     advertise_url = _advertised(replica, advertise)
@@ -377,7 +380,11 @@ def _health(action: StragglerAction, ratio: float, samples: int, timeout: str) -
     try:
         seconds = units.seconds(timeout)
     except ValueError as e:
-        errors.print(f"[bold red]error[/] --progress-timeout {timeout!r}: {e}. To fix: e.g. 30m")
+        errors.print(
+            f"[bold red]error[/] --progress-timeout {escape(repr(timeout))}: {escape(str(e))}. "
+            "To fix: e.g. 30m",
+            highlight=False,
+        )
         raise typer.Exit(2) from None
     return HealthRules(
         straggler_action=action,
@@ -393,7 +400,10 @@ def _seconds(option: str, text: str) -> float:
     try:
         return units.seconds(text)
     except ValueError as e:
-        errors.print(f"[bold red]error[/] {option} {text!r}: {e}. To fix: e.g. 60s")
+        errors.print(
+            f"[bold red]error[/] {option} {escape(repr(text))}: {escape(str(e))}. To fix: e.g. 60s",
+            highlight=False,
+        )
         raise typer.Exit(2) from None
 
 

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 from rich import box
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -302,7 +303,7 @@ def _policies(text: str) -> list[str]:
     unknown = [n for n in names if n not in POLICIES]
     if unknown or not names:
         errors.print(
-            f"[bold red]error[/] --policy: unknown {', '.join(unknown) or '(none given)'}; "
+            f"[bold red]error[/] --policy: unknown {escape(', '.join(unknown)) or '(none given)'}; "
             f"known: {', '.join(POLICIES)}",
             highlight=False,
         )
@@ -320,7 +321,7 @@ def _trace(
         if scale != 1.0:
             jobs = scale_load(jobs, scale)
     except TraceError as e:
-        errors.print(f"[bold red]error[/] {e}", highlight=False, markup=False)
+        errors.print(f"[bold red]error[/] {escape(str(e))}", highlight=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     return jobs[:limit] if limit is not None else jobs
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from boltforge.cli.common import EXIT_BAD_INPUT, errors
 
@@ -61,7 +62,8 @@ def slurm_bridge_command(
         raise typer.Exit(EXIT_BAD_INPUT)
     topo = topology or (slurm_conf.parent / "topology.conf" if slurm_conf else None)
     if topology is not None and not topology.is_file():
-        errors.print(f"[bold red]error[/] --topology: no file {topology}", highlight=False)
+        where = escape(str(topology))
+        errors.print(f"[bold red]error[/] --topology: no file {where}", highlight=False)
         raise typer.Exit(EXIT_BAD_INPUT)
     switches = parse_topology(topo.read_text()) if topo is not None and topo.is_file() else {}
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")

@@ -43,7 +43,12 @@ def create_command(
     except ValidationError as e:
         first = e.errors(include_url=False)[0]
         where = ".".join(str(p) for p in first["loc"])
-        fail(f"{where}: {first['msg']} (got {first['input']!r}). To fix: e.g. `alice`", 2)
+        example = "nlp" if where == "team" else "alice"
+        fail(
+            f"{where}: {first['msg']} (got {first['input']!r}). To fix: lower-case letters, "
+            f"digits and _.- (e.g. `{example}`)",
+            2,
+        )
     with connect(server, token) as client, api_errors("token"):
         reply = client.create_token(req)
     if json:
