@@ -45,7 +45,9 @@ The scenario, in order, everything through the public HTTP API:
    long-polling ``GET /v1/agents/{node}/desired?since=V&wait=S``, sees the victim's replica
    with action ``stop`` (when a real agent sends SIGTERM). The agent then reports the victim
    exited, both jobs are cancelled, the host is emptied, and the next round starts
-   (``--preemptions`` rounds).
+   (``--preemptions`` rounds). ``detail.preempt_world_reads`` counts the worlds the server
+   rebuilt from memory for incremental passes during the rounds, and
+   ``detail.world_read_ms`` is its figure for such a rebuild (``loop.world_read_ms``).
 8. **full_pass_ms**: p50 and p99 of the scheduler's full passes as the server reports them in
    ``GET /v1/fleet`` (``loop.full_pass_ms``: ``p50``, ``p99`` and ``count`` over its last
    passes), read once the server has run at least ``--full-passes`` more full passes with the
@@ -154,6 +156,13 @@ def stats(samples: list[float]) -> dict[str, Any]:
         "p99": round(float(np.percentile(samples, 99)), 1),
         "n": len(samples),
     }
+
+
+def world_reads(now: dict[str, Any]) -> int:
+    """How many worlds the server rebuilt from memory for incremental passes (its
+    ``loop.world_read_ms`` count, capped by its window; 0 when it does not say)."""
+    spread = (now.get("loop") or {}).get("world_read_ms") or {}
+    return int(spread.get("count", 0))
 
 
 def job(
@@ -599,12 +608,16 @@ class Bench:
         rounds = self.args.preemptions
         self.say(f"timed: {rounds} preemptions of a low-priority 8-GPU job")
         samples = []
+        reads = world_reads(fleet(self.api))
         with httpx.Client(
             base_url=self.cluster.url, timeout=HTTP_TIMEOUT, headers=auth(self.cluster.agent_token)
         ) as watcher:
             for r in range(rounds):
                 samples.append(self.preempt_once(r, watcher))
         self.out["preempt_signal_ms"] = stats(samples)
+        now = fleet(self.api)
+        self.detail["preempt_world_reads"] = world_reads(now) - reads
+        self.detail["world_read_ms"] = (now.get("loop") or {}).get("world_read_ms")
         self.say(f"high-priority submit to the victim's stop: {self.out['preempt_signal_ms']}")
 
     def desired(self, node: str, since: int = -1, wait: float = 0.0) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from boltforge.control.auth import Caller, create_token, digest
 from boltforge.control.jobs.artifacts import ArtifactStore
-from boltforge.control.jobs.intake import Intake
+from boltforge.control.jobs.intake import Intake, Rows
 from boltforge.control.nodes.agents import LeaseTerms, extend_leases
 from boltforge.control.nodes.feed import Feed
 from boltforge.control.nodes.reports import read_ahead
@@ -109,7 +109,7 @@ class Runtime:
             self.mirror,
             overlap=config.overlap,
         )
-        self.intake = Intake(self.db, self.mirror.add_jobs)
+        self.intake = Intake(self.db, self._stored)
         beside = Path(config.checkpoint_root).parent / "artifacts"
         self.artifacts = ArtifactStore(
             Path(config.artifacts_dir) if config.artifacts_dir else beside
@@ -122,6 +122,17 @@ class Runtime:
         self._views_lock = threading.Lock()
         self._view: tuple[int, World | None] = (-1, None)
         self.history = History(config.sample_every_s)
+
+    def _stored(self, rows: Rows) -> None:
+        """Jobs the intake committed: into the mirror, and the scheduler woken from the
+        intake's thread at once, before their submitters are even answered (each plain job
+        an arrival; array tasks ask for a full pass)."""
+        self.mirror.add_jobs(rows)
+        arrivals = [r["id"] for r in rows if r.get("array_id") is None]
+        for job_id in arrivals:
+            self.scheduler.wake(arrival=job_id)
+        if len(arrivals) < len(rows):
+            self.scheduler.wake()
 
     def take_sample(self) -> None:
         """Add the fleet's utilization now to the console's history (a worker thread's job)."""

@@ -254,6 +254,7 @@ class LoopOut(_Reply):
 
     full_pass_ms: Spread = Spread()
     pass_ms: Spread = Spread()
+    world_read_ms: Spread = Spread()  # rebuilding an incremental pass's world from memory
     full_passes: int = 0
     binds: int = 0
     evictions: int = 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Annotated
+from typing import Annotated, get_args
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -33,6 +33,7 @@ from boltforge.wire.jobs import (
     EventPage,
     JobDetail,
     JobList,
+    JobState,
     JobSummary,
     LogPage,
     Problem,
@@ -44,6 +45,7 @@ from boltforge.wire.jobs import (
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=ERRORS)
 MAX_WAIT_S = 60.0
 MAX_KEY = 200  # characters in an idempotency key
+KNOWN_STATES: tuple[str, ...] = get_args(JobState)
 
 
 KEY_HEADER = {
@@ -64,7 +66,7 @@ async def submit(req: SubmitRequest, request: Request) -> Response:
     or the ``Idempotency-Key`` header) returns the first job (200): the store's unique key
     refuses the second insert, and the first job is read then, so a key costs a first
     submission nothing. Validation runs on the event loop (it is quick and reads no store);
-    the writer thread stores the job.
+    the writer thread stores the job and wakes the scheduler (``Runtime._stored``).
 
     The busiest route: it checks its caller itself rather than through a dependency, whose
     per-request bookkeeping in FastAPI costs more than the check."""
@@ -90,10 +92,6 @@ async def submit(req: SubmitRequest, request: Request) -> Response:
         if again is None:
             raise
         return _reply(again, 200)
-    if tasks:
-        rt.scheduler.wake()
-    else:
-        rt.scheduler.wake(arrival=rows[0]["id"])
     rt.notifier.notify(["jobs", *(f"job:{r['id']}" for r in rows)])
     tasks_ids = [r["id"] for r in rows] if tasks else []
     reply = SubmitReply(job=stored_summary(rows[0]), tasks=tasks_ids, warnings=warnings)
@@ -159,8 +157,15 @@ def list_jobs(
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> JobList:
     """Jobs in queue order: live ones by default, or those in ``state``. A member sees the
-    other teams' work only in aggregate (``others``)."""
-    states = [x for x in (state or "").split(",") if x] or list(LIVE)
+    other teams' work only in aggregate (``others``). An unknown state is a 422 naming it
+    and the known ones."""
+    states = [x.strip() for x in (state or "").split(",") if x.strip()] or list(LIVE)
+    unknown = [x for x in states if x not in KNOWN_STATES]
+    if unknown:
+        fix = f"To fix: use one or more of {', '.join(KNOWN_STATES)}"
+        words = f"unknown state {', '.join(map(repr, unknown))}. {fix}"
+        problem = Problem(field="state", value=",".join(unknown), message=words)
+        raise ApiError(422, f"state: {words}", [problem])
     with rt.db.session() as s:
         q = select(JobRow).where(JobRow.state.in_(states))
         if team:

@@ -22,8 +22,10 @@ never run back to back: after one, the next waits at least as long as it took (a
     # 3. decide    the core cycle: one incremental pass per new arrival, or a full pass
     # 4. persist   evictions, binds and every changed reason, in one transaction, committed
     #              before anything is sent to a node
-    # 5. dispatch  gangs whose GPUs are free go to their nodes (its own transaction)
-    # 6. wake      after commit: the nodes and jobs whose state changed
+    # 5. wake      after commit: the nodes and jobs the decisions changed, at once (a
+    #              victim's node hears of its eviction before dispatch begins)
+    # 6. dispatch  gangs whose GPUs are free go to their nodes (its own transaction); those
+    #              nodes are woken after it commits
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ class LoopStats:
     full_ms: list[float] = field(default_factory=list)
     world_reads: int = 0  # worlds built from the mirror (full passes, and incremental ones
     # whose holdings changed)
+    world_ms: list[float] = field(default_factory=list)  # those incremental ones' build times
     last_full_ms: float = 0.0
     last_full_end: float = float("-inf")  # time.monotonic() when the last full pass ended
 
@@ -188,8 +191,9 @@ class Scheduler:
         last = float("-inf")
         while not self._stopping:
             wait = min(self.tick_s, max(self.full_due_in(), GATHER_S))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), wait)
+            with contextlib.suppress(TimeoutError):  # not wait_for: it can swallow a cancel
+                async with asyncio.timeout(wait):
+                    await self._wakeup.wait()
             gap = time.monotonic() - last
             if gap < GATHER_S:
                 await asyncio.sleep(GATHER_S - gap)
@@ -199,13 +203,14 @@ class Scheduler:
             last = time.monotonic()
             allow_full = self.full_due_in() <= 0
             try:
-                touched = await asyncio.to_thread(self.pass_once, allow_full)
+                await asyncio.to_thread(self.pass_once, allow_full)
             except Exception:  # a pass must never take the loop down with it
+                if self._stopping:  # stopped mid-pass (the planner is shut): just end
+                    self.announce(self._committed)
+                    break
                 log.exception("scheduling pass failed")
                 self.announce(self._committed)  # what it committed before it failed
                 await asyncio.sleep(self.tick_s)
-                continue
-            self.announce(touched)
 
     def full_due_in(self) -> float:
         """Seconds until a full pass may run (0 or less: now; infinite while one is being
@@ -233,10 +238,12 @@ class Scheduler:
     # -- one pass ----------------------------------------------------------------------
 
     def pass_once(self, allow_full: bool = True) -> Touched:
-        """One pass (see the module docstring); returns what to wake once it committed.
-        Without ``allow_full``, a full pass that is wanted waits for a later pass. With
-        ``overlap``, a full pass is planned beside later passes and applied by the first
-        pass after it is done; without, it is planned and applied here."""
+        """One pass (see the module docstring). It announces what it committed as it goes
+        (the decisions before dispatch starts, so a victim's node hears of its eviction
+        without waiting for the dispatch transaction) and returns all of it. Without
+        ``allow_full``, a full pass that is wanted waits for a later pass. With ``overlap``,
+        a full pass is planned beside later passes and applied by the first pass after it is
+        done; without, it is planned and applied here."""
         with self._pending_lock:
             arrivals, other = self._arrivals, self._other
             self._arrivals = []
@@ -264,11 +271,13 @@ class Scheduler:
                 self.wake()
             if touched.jobs:
                 failpoints.hit("decided")
+            self.announce(touched)  # 5. wake
             with self.db.session() as s:
-                dispatched = dispatch(s, self.mirror, now)  # 5. dispatch
+                dispatched = dispatch(s, self.mirror, now)  # 6. dispatch
             if dispatched.nodes:
                 failpoints.hit("dispatched")
-            touched |= dispatched
+            self.announce(dispatched)
+        touched |= dispatched
         return touched
 
     def _upkeep(self, now: float) -> tuple[Touched, bool]:
@@ -420,12 +429,16 @@ class Scheduler:
         ``now`` with these arrivals, while the mirror's holdings have not changed since."""
         world = self._world
         if world is None or self._world_version != self.mirror.version:
+            started = time.perf_counter()
             self._fresh_routing(now)
             hold = self.recovery_hold_s
             world = load_world(self.mirror, now, self.caches, waiting=job_ids, hold_s=hold)
             world.quota = quota_tree(self.quotas, s, world, full=False)
             self._world, self._world_version = world, self.mirror.version
-            self.stats.world_reads += 1
+            stats = self.stats
+            stats.world_reads += 1
+            took = (time.perf_counter() - started) * 1000.0
+            stats.world_ms = [*stats.world_ms[-999:], took]
             return world
         world.now = now
         add_waiting(world, self.mirror, job_ids, self.caches)

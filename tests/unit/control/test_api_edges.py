@@ -72,6 +72,23 @@ def test_refusals_say_what_went_wrong_and_the_fix(
     assert "To fix" in body["error"]
 
 
+@pytest.mark.parametrize("states", ["runing", "running,pendng", " ,bogus"])
+def test_listing_jobs_in_an_unknown_state_names_it_and_the_known_ones(
+    fleet: Fleet, states: str
+) -> None:
+    body = error_body(fleet.http.get("/v1/jobs", params={"state": states}, headers=ADMIN), 422)
+    [problem] = body["problems"]
+    assert problem["field"] == "state"
+    wrong = {s.strip() for s in states.split(",")} - {"", "running"}
+    assert set(problem["value"].split(",")) == wrong
+    assert "pending" in problem["message"] and "succeeded" in problem["message"]
+
+
+def test_listing_jobs_in_known_states_with_spaces_is_answered(fleet: Fleet) -> None:
+    r = fleet.http.get("/v1/jobs", params={"state": "pending, running"}, headers=ADMIN)
+    assert r.status_code == 200, r.text
+
+
 @pytest.mark.parametrize("path", ["/nope", "/v1/nope", "/v1/jobs/x/y/z", "/v2/jobs"])
 def test_an_unknown_route_is_a_json_404(fleet: Fleet, path: str) -> None:
     body = error_body(fleet.http.get(path, headers=ADMIN), 404)

@@ -4,10 +4,14 @@ left, and full passes never run back to back."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import pytest
 from control_kit import Fleet, make_spec
 
+from boltforge.control.scheduling.actuate import Touched
+from boltforge.control.scheduling.loop import Scheduler
 from boltforge.core.cycle import holdings_of
 
 
@@ -80,3 +84,23 @@ def test_the_next_full_pass_waits_at_least_as_long_as_the_last_took(tmp_path: Pa
         sched.pass_once()
         took = sched.stats.last_full_ms / 1000.0
         assert sched.full_due_in() > max(took, 0.4)  # at least MIN_FULL_GAP_S, less a moment
+
+
+def test_a_pass_cut_short_by_stopping_ends_the_loop_without_waiting_a_tick(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Stopping shuts the planner down under a running pass, which then fails; the loop
+    must end at once rather than log the failure and sleep a whole tick first."""
+    with Fleet(tmp_path, hosts=1) as fleet:
+        live = fleet.rt.scheduler
+        sched = Scheduler(
+            fleet.rt.db, live.policy, live.notifier, live.settings, live.terms, tick_s=600.0
+        )
+
+        def stopped_mid_pass(allow_full: bool = True) -> Touched:
+            sched.stop()
+            raise RuntimeError("cannot schedule new futures after shutdown")
+
+        sched.pass_once = stopped_mid_pass  # type: ignore[method-assign]
+        asyncio.run(asyncio.wait_for(sched.run(), 30.0))  # a tick would be 600 s
+        assert "scheduling pass failed" not in caplog.text
