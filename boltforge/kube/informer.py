@@ -67,10 +67,12 @@ class Informer(Generic[T]):
         return thread
 
     def stop(self) -> None:
+        """Stop at once, from any thread: a watch waiting for data is cut off by shutting its
+        socket down (closing the response instead would wait for the server's next line)."""
         self._stop.set()
         response = self._response
         if response is not None:
-            response.close()
+            response.shutdown()
 
     def run(self) -> None:
         """List and watch until ``stop``."""
@@ -115,6 +117,8 @@ class Informer(Generic[T]):
         )
         self._response = response
         try:
+            if self._stop.is_set():  # stopped while it opened: ``stop`` saw no response
+                return
             for line in iter_resp_lines(response):
                 if self._stop.is_set():
                     return

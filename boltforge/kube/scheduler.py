@@ -166,8 +166,9 @@ class KubeScheduler:
                     except (AgentClientError, ApiFailure, ApiException, OSError) as e:
                         log.warning("scheduler pass failed, retrying: %s", e)
                         await asyncio.sleep(1.0)
-                with suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.options.poll_s)
+                with suppress(TimeoutError):  # not wait_for: on 3.11 it can swallow a cancel
+                    async with asyncio.timeout(self.options.poll_s):
+                        await self._wake.wait()
                 self._wake.clear()
         finally:
             tasks += self._beside.values()

@@ -105,8 +105,9 @@ class SlurmBridge:
                 except (SlurmError, AgentClientError, ApiFailure, OSError) as e:
                     log.warning("bridge pass failed, retrying: %s", e)
                     await asyncio.sleep(1.0)
-                with suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.poll_s)
+                with suppress(TimeoutError):  # not wait_for: on 3.11 it can swallow a cancel
+                    async with asyncio.timeout(self.poll_s):
+                        await self._wake.wait()
                 self._wake.clear()
         finally:
             for task in self._polls.values():

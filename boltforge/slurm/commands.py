@@ -42,7 +42,13 @@ class Slurm:
         return out.decode(errors="replace")
 
     async def _json(self, *args: str) -> dict[str, Any]:
-        data = json.loads(await self.run(*args))
+        """The JSON object a ``--json`` command printed; ``SlurmError`` (which the bridge
+        retries) when it printed anything else."""
+        out = await self.run(*args)
+        try:
+            data = json.loads(out)
+        except json.JSONDecodeError as e:
+            raise SlurmError(f"{args[0]} --json printed no JSON ({e}): {out[:200]!r}") from None
         if not isinstance(data, dict):
             raise SlurmError(f"{args[0]} --json gave no object")
         return data

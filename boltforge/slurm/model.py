@@ -199,12 +199,14 @@ def _job(j: Mapping[str, Any]) -> SlurmJob:
 
 
 def parse_topology(text: str) -> dict[str, str]:
-    """Each node's leaf switch in a ``topology.conf`` (``SwitchName=r1 Nodes=n[1-4]``)."""
+    """Each node's leaf switch in a ``topology.conf`` (``SwitchName=r1 Nodes=n[1-4]``; keys
+    in any case, as Slurm reads them)."""
     switch_of: dict[str, str] = {}
     for line in text.splitlines():
         line = line.split("#")[0].strip()
-        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
-        if "SwitchName" in fields and "Nodes" in fields:
-            for node in hostnames(fields["Nodes"]):
-                switch_of[node] = fields["SwitchName"]
+        pairs = (f.split("=", 1) for f in line.split() if "=" in f)
+        fields = {key.lower(): value for key, value in pairs}
+        if "switchname" in fields and "nodes" in fields:
+            for node in hostnames(fields["nodes"]):
+                switch_of[node] = fields["switchname"]
     return switch_of

@@ -252,7 +252,17 @@ class JobSpec(_Strict):
 def parse_job(data: object, source: str = "job") -> JobSpec:
     """Validate already-loaded YAML data as a job spec, or raise ``SpecError``."""
     if not isinstance(data, dict):
-        raise SpecError(source, [Problem("job", type(data).__name__, "must be a mapping")])
+        raise SpecError(
+            source,
+            [
+                Problem(
+                    "job",
+                    type(data).__name__,
+                    "must be a mapping of fields. To fix: write the job as `field: value` "
+                    "lines, e.g. `name: train`, `team: nlp`, `gpus: 8`",
+                )
+            ],
+        )
     try:
         return JobSpec.model_validate(data)
     except ValidationError as e:

@@ -52,7 +52,11 @@ def _ran_on(rt: Runtime, node: str, replica: str) -> tuple[str, int, int]:
     with rt.db.session() as s:
         rep = s.get(ReplicaRow, replica)
         if rep is None or rep.node != node:
-            raise ApiError(404, f"node {node} ran no replica {replica}")
+            raise ApiError(
+                404,
+                f"node {node} ran no replica {replica}. To fix: upload from the node that ran "
+                "it, naming a replica of its desired state",
+            )
         return rep.job_id, rep.rank, rep.epoch
 
 

@@ -36,7 +36,11 @@ def parse_request(req: SubmitRequest) -> tuple[JobSpec, list[int] | None]:
     """The job spec a request carries, with its overrides applied, and its array indices."""
     source = req.source or "job"
     if req.spec is not None and req.yaml is not None:
-        raise _error(source, "spec", "send the spec once: as `spec` (JSON) or as `yaml` (text)")
+        raise _error(
+            source,
+            "spec",
+            "sent twice. To fix: send the spec once, as `spec` (JSON) or as `yaml` (text)",
+        )
     data = req.spec if req.spec is not None else None
     if req.yaml is not None:
         data = parse_yaml(req.yaml, source)
@@ -99,10 +103,18 @@ def parse_array(text: str, source: str = "job") -> list[int]:
         hi = int(m.group(2)) if m.group(2) else lo
         step = int(m.group(3)) if m.group(3) else 1
         if hi < lo or step < 1:
-            raise _error(source, "array", "a range must go up with a step of 1 or more", text)
-        if len(out) + (hi - lo) // step + 1 > MAX_TASKS:
-            raise _error(source, "array", f"more than {MAX_TASKS} tasks. To fix: split it", text)
+            raise _error(
+                source,
+                "array",
+                "a range must go up with a step of 1 or more. To fix: e.g. 1-5 or 0-9:2",
+                text,
+            )
+        too_many = _error(source, "array", f"more than {MAX_TASKS} tasks. To fix: split it", text)
+        if (hi - lo) // step + 1 > MAX_TASKS:  # before making a huge range
+            raise too_many
         out.update(range(lo, hi + 1, step))
+        if len(out) > MAX_TASKS:  # counted once each: overlapping ranges repeat indices
+            raise too_many
     return sorted(out)
 
 

@@ -170,7 +170,10 @@ def _levels(
     lines = []
     cordoned = int((eligible & state.cordoned).sum())
     if cordoned:
-        lines.append(f"{cordoned} matching host(s) are cordoned")
+        lines.append(
+            f"{cordoned} matching host(s) take no new work now (cordoned, not ready, or kept "
+            "for another job's reserved start)"
+        )
     degraded = _degraded(state, role)
     if degraded:
         lines.append(

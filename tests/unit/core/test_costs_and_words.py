@@ -237,7 +237,10 @@ def test_diagnose_not_now_names_the_best_host_and_each_level() -> None:
     assert decision.outcome == Outcome.NOT_NOW
     reasons = decision.reasons
     assert reasons[0] == "role worker needs 2 replica(s) of 8 GPU(s)"
-    assert "1 matching host(s) are cordoned" in reasons
+    assert (
+        "1 matching host(s) take no new work now (cordoned, not ready, or kept for another "
+        "job's reserved start)"
+    ) in reasons
     host_line = next(r for r in reasons if r.startswith("host: "))
     assert f"({tree.hosts[0].name}, pool h100) has 6 free GPU(s)" in host_line
     assert "0 host(s) can take a replica now" in host_line

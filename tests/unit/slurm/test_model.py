@@ -313,6 +313,11 @@ SwitchName=spine Switches=r[1-2]
     }
 
 
+def test_topology_keys_are_read_in_any_case_as_slurm_reads_them() -> None:
+    text = "switchname=r1 nodes=n[1-2]\nSWITCHNAME=r2 NODES=n3\n"
+    assert parse_topology(text) == {"n1": "r1", "n2": "r1", "n3": "r2"}
+
+
 def test_an_empty_topology_places_no_node() -> None:
     assert parse_topology("") == {}
     assert parse_topology("# nothing here\n") == {}

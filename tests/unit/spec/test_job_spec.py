@@ -250,11 +250,8 @@ def test_a_job_that_is_not_a_mapping_is_refused(data: object) -> None:
     with pytest.raises(SpecError) as caught:
         parse_job(data, "job.yaml")
     (problem,) = caught.value.problems
-    assert (problem.field, problem.value, problem.message) == (
-        "job",
-        type(data).__name__,
-        "must be a mapping",
-    )
+    assert (problem.field, problem.value) == ("job", type(data).__name__)
+    assert problem.message.startswith("must be a mapping of fields. To fix: write the job as")
 
 
 def test_a_job_file_is_read_and_validated(tmp_path: Path) -> None:
@@ -297,6 +294,10 @@ def test_array_ranges_give_sorted_unique_indices(text: str, indices: list[int]) 
     assert parse_array(text) == indices
 
 
+def test_the_task_limit_counts_each_index_once() -> None:
+    assert len(parse_array("0-9999,5,0-99")) == 10_000  # overlaps repeat indices
+
+
 @pytest.mark.parametrize(
     ("text", "hint"),
     [
@@ -305,6 +306,8 @@ def test_array_ranges_give_sorted_unique_indices(text: str, indices: list[int]) 
         ("a-b", "e.g. 0-9"),
         ("", "e.g. 0-9"),
         ("0-10000", "more than 10000 tasks. To fix: split it"),
+        ("0-9999,10000", "more than 10000 tasks. To fix: split it"),
+        ("0-999999999999", "more than 10000 tasks. To fix: split it"),
     ],
 )
 def test_bad_array_ranges_name_the_array_and_the_fix(text: str, hint: str) -> None:
