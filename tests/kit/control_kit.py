@@ -249,6 +249,45 @@ class Fleet:
             assert double_allocations(s) == []
 
 
+# --- the nodes at work, on the fake clock ---------------------------------------------------
+
+
+def running(fleet: Fleet) -> list[tuple[str, ReplicaSpec]]:
+    return [(name, rep) for name, node in fleet.nodes.items() for rep in node.to_run()]
+
+
+def report_steps(fleet: Fleet, job: str, step_times: dict[int, float], steps: int = 12) -> None:
+    """Every running replica of ``job`` reports ``steps`` steps of its rank's step time."""
+    for name, rep in running(fleet):
+        if rep.job != job:
+            continue
+        rank = int(rep.env["RANK"])
+        items: list[dict[str, Any]] = [
+            {
+                "replica": rep.replica,
+                "job": job,
+                "epoch": rep.epoch,
+                "rank": rank,
+                "step": i + 1,
+                "at": fleet.clock(),
+                "step_time_s": step_times[rank],
+            }
+            for i in range(steps)
+        ]
+        fleet.nodes[name].report(progress=items)
+
+
+def later(fleet: Fleet, seconds: float) -> None:
+    """Let ``seconds`` pass in steps of at most 5 s, the nodes heartbeating at each."""
+    while seconds > 0:
+        step = min(seconds, 5.0)
+        fleet.clock.advance(step)
+        seconds -= step
+        for node in fleet.nodes.values():
+            node.heartbeat()
+        fleet.settle()
+
+
 def wait_for(check: Any, timeout: float = 10.0) -> None:
     """Poll ``check()`` until it is true (for what the background loop does on its own)."""
     deadline = time.monotonic() + timeout

@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from control_kit import ADMIN, Fleet, make_spec, postgres_server, store_url
+from control_kit import ADMIN, Fleet, later, make_spec, postgres_server, report_steps, store_url
 from test_control_api import token
-from test_health_control import later, report_steps
 
 from boltforge.control.api.stream import _change
 from boltforge.control.nodes.agents import LeaseTerms

@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from control_kit import ADMIN, Fleet, make_spec
+from control_kit import ADMIN, Fleet, later, make_spec, report_steps
 
 from boltforge.cli.jobs import explanation
 from boltforge.control.store.invariants import double_allocations
 from boltforge.core.health import HealthRules, StragglerAction
-from boltforge.wire.agent import ReplicaSpec
 
 CORDON = HealthRules(straggler_action=StragglerAction.CORDON, progress_timeout_s=60.0)
 
@@ -24,42 +23,6 @@ CORDON = HealthRules(straggler_action=StragglerAction.CORDON, progress_timeout_s
 def fleet(tmp_path: Path) -> Iterator[Fleet]:
     with Fleet(tmp_path, hosts=3, health=CORDON) as f:
         yield f
-
-
-def running(fleet: Fleet) -> list[tuple[str, ReplicaSpec]]:
-    return [(name, rep) for name, node in fleet.nodes.items() for rep in node.to_run()]
-
-
-def report_steps(fleet: Fleet, job: str, step_times: dict[int, float], steps: int = 12) -> None:
-    """Every running replica of ``job`` reports ``steps`` steps of its rank's step time."""
-    for name, rep in running(fleet):
-        if rep.job != job:
-            continue
-        rank = int(rep.env["RANK"])
-        items: list[dict[str, Any]] = [
-            {
-                "replica": rep.replica,
-                "job": job,
-                "epoch": rep.epoch,
-                "rank": rank,
-                "step": i + 1,
-                "at": fleet.clock(),
-                "step_time_s": step_times[rank],
-            }
-            for i in range(steps)
-        ]
-        fleet.nodes[name].report(progress=items)
-
-
-def later(fleet: Fleet, seconds: float) -> None:
-    """Let ``seconds`` pass in steps of at most 5 s, the nodes heartbeating at each."""
-    while seconds > 0:
-        step = min(seconds, 5.0)
-        fleet.clock.advance(step)
-        seconds -= step
-        for node in fleet.nodes.values():
-            node.heartbeat()
-        fleet.settle()
 
 
 def events(fleet: Fleet, job: str, kind: str) -> list[Any]:

@@ -17,7 +17,7 @@ from boltforge.control.scheduling.lifecycle import ALLOWED
 from boltforge.control.store.models import NodeRow
 from boltforge.spec.teams import Budget
 
-DASHBOARD = Path(__file__).resolve().parents[3] / "deploy" / "grafana-dashboard.json"
+DASHBOARD = Path(__file__).resolve().parents[4] / "deploy" / "grafana-dashboard.json"
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 

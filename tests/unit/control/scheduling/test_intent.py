@@ -14,7 +14,7 @@ from sqlalchemy import select
 from boltforge.control.scheduling import intent
 from boltforge.control.store.models import NodeRow, ReplicaRow
 
-CONTROL = Path(__file__).resolve().parents[3] / "boltforge" / "control"
+CONTROL = Path(__file__).resolve().parents[4] / "boltforge" / "control"
 ACTED = ("starting", "stopping")  # the replica states that tell a node to act
 
 
