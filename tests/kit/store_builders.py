@@ -158,3 +158,26 @@ def spec_dict(
 ) -> dict[str, Any]:
     """A runnable job spec as a request carries it."""
     return {"name": name, "team": team, "gpus": gpus, "command": ["python", "train.py"], **extra}
+
+
+@contextmanager
+def store_with_nodes(
+    path: Path, nodes: tuple[str, ...] = ("host-0", "host-1")
+) -> Iterator[Database]:
+    """A migrated store in ``path`` holding ``nodes`` (registered, ready), closed afterwards."""
+    with migrated(path) as store:
+        with store.session() as s:
+            for name in nodes:
+                a_node(s, name)
+        yield store
+
+
+def rolled_back(db: Database) -> Iterator[Session]:
+    """A session rolled back at the end (for a fixture to ``yield from``): every scenario
+    starts from what the store held before it."""
+    session = db.sessions()
+    try:
+        yield session
+    finally:
+        session.rollback()
+        session.close()

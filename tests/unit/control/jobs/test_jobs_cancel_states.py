@@ -13,7 +13,15 @@ from dataclasses import dataclass, field
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
-from store_builders import T0, a_job, a_node, a_replica, a_run, events_of, migrated
+from store_builders import (
+    T0,
+    a_job,
+    a_replica,
+    a_run,
+    events_of,
+    rolled_back,
+    store_with_nodes,
+)
 
 from boltforge.control.jobs.cancel import cancel_jobs
 from boltforge.control.scheduling.lifecycle import LIVE
@@ -26,22 +34,14 @@ NODES = ("host-0", "host-1")
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Database]:
-    with migrated(tmp_path_factory.mktemp("cancel") / "store.db") as store:
-        with store.session() as s:
-            for name in NODES:
-                a_node(s, name)
+    with store_with_nodes(tmp_path_factory.mktemp("cancel") / "store.db", NODES) as store:
         yield store
 
 
 @pytest.fixture
 def s(db: Database) -> Iterator[Session]:
     """A session rolled back at the end: every scenario starts from the same two nodes."""
-    session = db.sessions()
-    try:
-        yield session
-    finally:
-        session.rollback()
-        session.close()
+    yield from rolled_back(db)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,15 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
-from store_builders import T0, a_job, a_node, a_replica, a_run, events_of, migrated
+from store_builders import (
+    T0,
+    a_job,
+    a_replica,
+    a_run,
+    events_of,
+    rolled_back,
+    store_with_nodes,
+)
 
 from boltforge.control.jobs.restarts import budget, end_holds, hold, restart_or_fail
 from boltforge.control.store.db import Database
@@ -25,21 +33,13 @@ NODES = ("host-0", "host-1", "host-2", "host-3")
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Database]:
-    with migrated(tmp_path_factory.mktemp("restarts") / "store.db") as store:
-        with store.session() as s:
-            for name in NODES:
-                a_node(s, name)
+    with store_with_nodes(tmp_path_factory.mktemp("restarts") / "store.db", NODES) as store:
         yield store
 
 
 @pytest.fixture
 def s(db: Database) -> Iterator[Session]:
-    session = db.sessions()
-    try:
-        yield session
-    finally:
-        session.rollback()
-        session.close()
+    yield from rolled_back(db)
 
 
 # -- the budget ------------------------------------------------------------------------------

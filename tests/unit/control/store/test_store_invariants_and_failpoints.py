@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy.orm import Session
-from store_builders import a_job, a_node, a_replica, migrated
+from store_builders import a_job, a_replica, rolled_back, store_with_nodes
 
 from boltforge.control.store.db import Database
 from boltforge.control.store.invariants import double_allocations
@@ -25,22 +25,14 @@ from boltforge.control.store.models import JobRow, ReplicaRow
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Database]:
-    with migrated(tmp_path_factory.mktemp("inv") / "store.db") as store:
-        with store.session() as s:
-            for name in ("host-0", "host-1"):
-                a_node(s, name)
+    with store_with_nodes(tmp_path_factory.mktemp("inv") / "store.db") as store:
         yield store
 
 
 @pytest.fixture
 def s(db: Database) -> Iterator[Session]:
     """A session rolled back at the end, so every history starts from the same two nodes."""
-    session = db.sessions()
-    try:
-        yield session
-    finally:
-        session.rollback()
-        session.close()
+    yield from rolled_back(db)
 
 
 @dataclass(frozen=True)
