@@ -5,6 +5,8 @@ and a replica with no leader behind it (503) sends the next call to the next add
 
 from __future__ import annotations
 
+import httpx
+
 CONNECT_S = 3.0  # how long a client waits to connect to one address before the next
 
 
@@ -26,6 +28,11 @@ class Addresses:
         """Move to the next address (round the list); the new current one."""
         self._at = (self._at + 1) % len(self.all)
         return self.current
+
+    def move_on(self, http: httpx.Client | httpx.AsyncClient) -> None:
+        """Point ``http`` at the next address (nothing to do when there is only one)."""
+        if len(self.all) > 1:
+            http.base_url = httpx.URL(self.advance())
 
     def __len__(self) -> int:
         return len(self.all)

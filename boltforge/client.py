@@ -159,15 +159,11 @@ class Client:
                 failed, tries = self.server, tries - 1
                 if not tries or (delivered and not again):
                     raise _unreachable(failed, e) from None
-                self._next_address()
+                self.addresses.move_on(self.http)
                 continue
             if r.status_code == 503:
-                self._next_address()
+                self.addresses.move_on(self.http)
             return r
-
-    def _next_address(self) -> None:
-        if len(self.addresses) > 1:
-            self.http.base_url = httpx.URL(self.addresses.advance())
 
     def submit(self, req: SubmitRequest, idempotency_key: str | None = None) -> SubmitReply:
         """Submit ``req``. Without ``idempotency_key`` a fresh one is made, so a submission

@@ -176,15 +176,15 @@ class ServerClient:
                 break
             except (httpx.ConnectError, httpx.ConnectTimeout) as e:  # never delivered
                 error, tries = self._unanswered(f"{method} {path}", e), tries - 1
-                self._next_address()
+                self.addresses.move_on(self._http)
                 if not tries:
                     raise error from e
             except httpx.HTTPError as e:
                 error = self._unanswered(f"{method} {path}", e)
-                self._next_address()
+                self.addresses.move_on(self._http)
                 raise error from e
         if reply.status_code == 503:  # a replica with no leader behind it
-            self._next_address()
+            self.addresses.move_on(self._http)
         _raise_for(reply)
         try:
             return model.model_validate_json(reply.content)
@@ -197,10 +197,6 @@ class ServerClient:
     def base_url(self) -> str:
         """The server address in use (of those given)."""
         return self.addresses.current
-
-    def _next_address(self) -> None:
-        if len(self.addresses) > 1:
-            self._http.base_url = httpx.URL(self.addresses.advance())
 
     def _unanswered(self, what: str, error: httpx.HTTPError) -> Unreachable:
         """``Untrusted`` when the server's certificate did not verify, else ``Unreachable``."""

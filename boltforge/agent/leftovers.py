@@ -29,6 +29,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from boltforge.agent.cleanup import PROC, group_members
+from boltforge.agent.processes import marks
 from boltforge.wire.agent import ReplicaSpec
 
 log = logging.getLogger("boltforge.agent")
@@ -193,9 +194,4 @@ def carries(pid: int, spec: ReplicaSpec, proc: Path = PROC) -> bool:
         env = set((proc / str(pid) / "environ").read_bytes().split(b"\0"))
     except OSError:
         return False
-    marks = {
-        f"BOLT_JOB_ID={spec.job}",
-        f"BOLT_REPLICA={spec.replica}",
-        f"BOLT_EPOCH={spec.epoch}",
-    }
-    return {m.encode() for m in marks} <= env
+    return {f"{k}={v}".encode() for k, v in marks(spec).items()} <= env

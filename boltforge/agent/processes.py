@@ -57,15 +57,19 @@ def shm_prefix(spec: ReplicaSpec) -> str:
     return f"bolt-{safe_name(spec.job)}-{safe_name(spec.replica)}-e{spec.epoch}-"
 
 
+def marks(spec: ReplicaSpec) -> dict[str, str]:
+    """The variables that name a replica's process, whoever starts it: its job, replica and
+    epoch (what the SDK reports as, and what a restarted agent finds its leftovers by)."""
+    return {"BOLT_JOB_ID": spec.job, "BOLT_REPLICA": spec.replica, "BOLT_EPOCH": str(spec.epoch)}
+
+
 def replica_env(spec: ReplicaSpec, paths: ReplicaPaths, base: Mapping[str, str]) -> dict[str, str]:
     """The replica's environment: ``base`` (the agent's own), unbuffered Python output, the
     spec's ``env`` (ranks, world size, master address), then the variables the agent owns."""
     env = {**base, "PYTHONUNBUFFERED": "1", **spec.env}
+    env.update(marks(spec))
     env.update(
         CUDA_VISIBLE_DEVICES=",".join(str(g) for g in spec.gpus),
-        BOLT_JOB_ID=spec.job,
-        BOLT_REPLICA=spec.replica,
-        BOLT_EPOCH=str(spec.epoch),
         BOLT_CHECKPOINT_DIR=str(paths.checkpoint),
         BOLT_PROGRESS_FILE=str(paths.progress),
         BOLT_SHM_PREFIX=shm_prefix(spec),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import sys
@@ -193,7 +194,7 @@ async def _body(receive: Receive) -> AsyncIterator[bytes]:
 
 
 async def _answer(send: Send, status: int, text: str) -> None:
-    body = ('{"error": "' + text + '. To fix: retry in a second"}').encode()
+    body = json.dumps({"error": f"{text}. To fix: retry in a second"}).encode()
     head = [
         (b"content-type", b"application/json"),
         (b"retry-after", b"1"),

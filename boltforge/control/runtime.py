@@ -129,8 +129,8 @@ class Runtime:
         an arrival; array tasks ask for a full pass)."""
         self.mirror.add_jobs(rows)
         arrivals = [r["id"] for r in rows if r.get("array_id") is None]
-        for job_id in arrivals:
-            self.scheduler.wake(arrival=job_id)
+        if arrivals:
+            self.scheduler.wake(*arrivals)
         if len(arrivals) < len(rows):
             self.scheduler.wake()
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 
+from boltforge.agent.processes import marks
 from boltforge.wire.agent import ReplicaSpec
 
 
 def replica_env(spec: ReplicaSpec) -> dict[str, str]:
     """What a replica's process finds in its environment, as under the native agent."""
-    env = {**spec.env, "BOLT_JOB_ID": spec.job, "BOLT_REPLICA": spec.replica}
-    env["BOLT_EPOCH"] = str(spec.epoch)
+    env = {**spec.env, **marks(spec)}
     if spec.checkpoint_dir:
         env["BOLT_CHECKPOINT_DIR"] = spec.checkpoint_dir
     return env

@@ -295,7 +295,7 @@ class Bench:
             return str(row["id"])
 
         job_id = self.write(insert)
-        self.sched.wake(arrival=job_id)
+        self.sched.wake(job_id)
         return job_id
 
     def place(self, name: str, gpus: int | None, team: str = "research", **extra: Any) -> str:

@@ -158,15 +158,15 @@ class Scheduler:
 
     # -- waking ------------------------------------------------------------------------
 
-    def wake(self, arrival: str | None = None) -> None:
-        """Ask for a pass soon (from any thread): ``arrival`` names a newly submitted job
-        (an incremental pass); without it, something changed that can alter the plan (a
+    def wake(self, *arrivals: str) -> None:
+        """Ask for a pass soon (from any thread): ``arrivals`` name newly submitted jobs
+        (incremental passes); without them, something changed that can alter the plan (a
         full pass)."""
         with self._pending_lock:
-            if arrival is None:
-                self._other = True
+            if arrivals:
+                self._arrivals.extend(arrivals)
             else:
-                self._arrivals.append(arrival)
+                self._other = True
         self.poke()
 
     def wanted(self) -> tuple[int, bool]:

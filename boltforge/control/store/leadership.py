@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import select, update
+from sqlalchemy import Update, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -138,11 +138,7 @@ class Leadership:
             return False
         now = self.clock()
         with self.db.session(fenced=False) as s:
-            done = s.execute(
-                update(LeaderRow)
-                .where(LeaderRow.id == ROW, LeaderRow.term == self.term)
-                .values(renewals=LeaderRow.renewals + 1)
-            )
+            done = s.execute(self._mine().values(renewals=LeaderRow.renewals + 1))
             renewed = bool(done.rowcount)  # type: ignore[attr-defined]
         if not renewed:
             log.error("%s lost the lead: term %d is over", self.holder, self.term)
@@ -156,11 +152,7 @@ class Leadership:
         module docstring); raises ``Deposed``."""
         if self.term is None or not self.leading:
             raise Deposed(f"{self.holder} does not hold the leader lease")
-        done = s.execute(
-            update(LeaderRow)
-            .where(LeaderRow.id == ROW, LeaderRow.term == self.term)
-            .values(term=LeaderRow.term)
-        )
+        done = s.execute(self._mine().values(term=LeaderRow.term))
         if not done.rowcount:  # type: ignore[attr-defined]
             self.term = None
             raise Deposed(f"{self.holder}'s term is over: another replica leads")
@@ -176,9 +168,9 @@ class Leadership:
         if self.term is None:
             return
         with self.db.session(fenced=False) as s:
-            s.execute(
-                update(LeaderRow)
-                .where(LeaderRow.id == ROW, LeaderRow.term == self.term)
-                .values(lease_s=0.0, renewals=LeaderRow.renewals + 1)
-            )
+            s.execute(self._mine().values(lease_s=0.0, renewals=LeaderRow.renewals + 1))
         self.term = None
+
+    def _mine(self) -> Update:
+        """An update of the lease row that matches only while it carries this replica's term."""
+        return update(LeaderRow).where(LeaderRow.id == ROW, LeaderRow.term == self.term)
