@@ -65,7 +65,7 @@ def gone(pid: int) -> bool:
     """True when ``pid`` has exited (a zombie waiting for its reaper counts as gone)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # reaped before, or while, it was read
         return True
     return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 

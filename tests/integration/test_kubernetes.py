@@ -138,11 +138,14 @@ def test_two_scheduler_replicas_never_both_act(fleet: KubeFleet) -> None:
     fleet.start_scheduler("sched-b")
     one = gang(fleet, "one", 2)
     wait_until(lambda: all_bound(fleet, one), 30, "a gang bound by the leader")
+    # the Scheduled events are written beside the pass, just after the binding
+    wait_until(lambda: fleet.events("one-0"), 30, "the leader's Scheduled event")
     instances = {e["reportingInstance"] for e in fleet.events("one-0")}
     assert instances == {"sched-a"}
     fleet.kill_scheduler("sched-a")
     two = gang(fleet, "two", 2)
     wait_until(lambda: all_bound(fleet, two), 30, "the standby to take over and bind")
+    wait_until(lambda: fleet.events("two-0"), 30, "the new leader's Scheduled event")
     assert {e["reportingInstance"] for e in fleet.events("two-0")} == {"sched-b"}
     assert "sched-b leads" in fleet.log("sched-b")
 
