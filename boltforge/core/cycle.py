@@ -127,6 +127,11 @@ class _Pass:
     last_host: tuple[tuple[object, ...], Placement] | None = None
     evicted: set[str] = field(default_factory=set)
     routing: RoutingFacts | None = None
+    explain: bool = True
+    max_class: int | None = None
+    borrowing: bool = False
+    open_gpus: int | None = None  # free GPUs on hosts taking work; None: count again
+    standing: dict[str, tuple[int, ...]] | None = None  # under LAS, by job id
 
 
 def run_cycle(
@@ -138,9 +143,9 @@ def run_cycle(
     """Decide what to start, reserve and leave waiting (see the module docstring for phases).
 
     ``reservations`` carries promises from an earlier pass that should still hold; a full pass
-    normally starts with none and makes its own. ``explain=False`` skips the start estimates
-    of waiting jobs (no decision depends on them), for callers nobody reads them to, such as
-    the simulator.
+    normally starts with none and makes its own. ``explain=False`` leaves out what no
+    decision depends on, for callers nobody reads it to, such as the simulator: waiting jobs'
+    reasons and start estimates, and any look at a job that cannot start (``_hopeless``).
     """
     holdings = snap.holdings()
     ordered = order_jobs(list(snap.pending), policy, snap.now, _fair(snap, holdings, policy))  # 1.
@@ -148,6 +153,7 @@ def run_cycle(
     p = _new_pass(snap, policy, holdings)  # 2. snapshot
     p.reservations = list(reservations)
     p.estimates_left = policy.estimate_waits if explain else 0
+    p.explain = explain
     for position, job in enumerate(ordered):
         upcoming = tuple(j.gang for j in ordered[position + 1 : policy.lookahead][:WINDOW])
         _consider(p, job, position, upcoming=upcoming)  # 3-8, one job at a time
@@ -196,6 +202,8 @@ def _new_pass(snap: Snapshot, policy: Policy, holdings: dict[str, dict[str, int]
     p.recent = list(snap.recent_preemptions)
     p.routing = snap.routing
     p.preempt_attempts = policy.preempt_attempts
+    p.max_class = max((r.job.priority for r in snap.running), default=None)
+    p.borrowing = any(r.borrowed for r in snap.running)
     return p
 
 
@@ -239,6 +247,9 @@ def _consider(
 def _consider_one(
     p: _Pass, job: Job, position: int, may_reserve: bool, upcoming: tuple[Gang, ...]
 ) -> None:
+    if _hopeless(p, job, may_reserve):
+        p.waiting.append(Waiting(job.id, position, WaitReason.CAPACITY, ()))
+        return
     blocked = _blocked_hosts(p, job)
     shape = _shape(job.gang, blocked)
     route = None if p.routing is None else route_job(p.work.tree, job, p.routing, p.now)
@@ -253,8 +264,9 @@ def _consider_one(
     placement = None if upcoming or route is not None else _repeat(p, job, shape)
     reasons: tuple[str, ...] = ()
     never = False
-    if placement is None:
-        placement, reasons, never = _place(p, job.gang, blocked, upcoming, route)  # 3. place
+    # 3. place; when nobody reads why, a job larger than every free GPU together skips it
+    if placement is None and (p.explain or job.gpus <= _open_gpus(p)):
+        placement, reasons, never = _place(p, job.gang, blocked, upcoming, route)
     if placement is not None:
         verdict = _admit(p, job, placement)  # 4. admit
         if not verdict.ok:
@@ -291,6 +303,7 @@ def _release_hold(p: _Pass, job: Job) -> Allocation | None:
     no hold in the state)."""
     if job.held is None or job.held.allocation.job not in p.work.allocations:
         return None
+    p.open_gpus = None
     return p.work.release(job.held.allocation.job)
 
 
@@ -315,6 +328,7 @@ def _keep_hold(p: _Pass, hold: Allocation) -> None:
     grants = tuple(g for g in hold.grants if all(p.work.free[g.host, gpu] for gpu in g.gpus))
     if not grants:
         return
+    p.open_gpus = None
     try:
         p.work.allocate(replace(hold, grants=grants))
     except Conflict:  # its CPUs or memory went to another job meanwhile: the hold lapses
@@ -401,7 +415,7 @@ def _place(
         blocked = blocked | excluded
     with p.work.fenced(blocked):
         if p.policy.topology_aware:
-            decision = place_now(p.work, gang)
+            decision = place_now(p.work, gang, p.explain)
             never = decision.outcome == Outcome.NEVER
             placement = decision.placement
             if placement is not None and upcoming:
@@ -463,6 +477,7 @@ def _bind(
     runtime = runtime if runtime is not None else job.expected_runtime()
     end = p.now + runtime if runtime is not None else None
     p.work.allocate(Allocation(job.id, placement.grants, end, job.priority))
+    p.open_gpus = None
     p.last_host = None  # the caller re-arms it for a plain one-host bind
     _charge(p, job, placement)
     p.binds.append(Bind(job.id, placement, replicas, borrowed, note, position))
@@ -473,10 +488,12 @@ def _preempt(
 ) -> tuple[bool, tuple[str, ...]]:
     """Evict or shrink the cheapest victims that free a topology-valid placement, when the
     work they lose is less than the job's GPU time spent waiting. Returns (started, reasons)."""
+    if _outranks_none(p, job):
+        return False, ()
     alive = [r for r in p.running.values() if r.job.id in p.work.allocations]
     borrowers = frozenset(r.job.id for r in alive if r.borrowed)
     reclaim = frozenset(r.job.id for r in alive if r.borrowed and _is_owed(p, job, r))
-    standing = _standing(p, job, alive)
+    standing = _standing(p, job)
     mine = standing_of(job, standing)
     if not reclaim and not any(standing_of(r.job, standing) > mine for r in alive):
         return False, ()  # nothing it may bump: nothing of lower standing, nothing owed to it
@@ -494,6 +511,7 @@ def _preempt(
             reclaim,
             borrowers,
             standing,
+            p.explain,
         )
     if isinstance(found, NoVictims):
         return False, found.reasons
@@ -512,6 +530,15 @@ def _preempt(
     return True, ()
 
 
+def _outranks_none(p: _Pass, job: Job) -> bool:
+    """Whether ``job`` can bump nobody for sure, known without a scan of the running jobs:
+    ranked by class alone (not LAS), nothing borrows, and no running job is of a lower class
+    than it (``max_class`` is taken when the pass begins; evictions only lower it)."""
+    if p.policy.ordering == Ordering.LAS or p.borrowing:
+        return False
+    return p.max_class is None or job.priority >= p.max_class
+
+
 def _rules(policy: Policy) -> PreemptRules:
     """The policy's preemption rules; shrinking elastic victims only where it uses elasticity."""
     rules = policy.preempt_rules
@@ -520,20 +547,22 @@ def _rules(policy: Policy) -> PreemptRules:
 
 def _wait(p: _Pass, job: Job) -> float | None:
     """Seconds until ``job`` could start without preempting, if running jobs end as expected."""
-    later = when_and_where(p.work, job.gang, p.now)
+    later = when_and_where(p.work, job.gang, p.now, p.explain)
     return later.start_time - p.now if later.start_time is not None else None
 
 
-def _standing(p: _Pass, job: Job, alive: list[Running]) -> dict[str, tuple[int, ...]] | None:
+def _standing(p: _Pass, job: Job) -> dict[str, tuple[int, ...]] | None:
     """Under Tiresias (LAS ordering) a job stands at (class, attained-service queue), so a job
     in a lower queue may preempt one of its class in a higher queue; otherwise None (class)."""
     if p.policy.ordering != Ordering.LAS:
         return None
-    out: dict[str, tuple[int, ...]] = {
-        r.job.id: (r.job.priority, las_queue(r.job, p.policy, p.now, r.start_time)) for r in alive
-    }
-    out[job.id] = (job.priority, las_queue(job, p.policy, p.now))
-    return out
+    if p.standing is None:  # the running jobs' standings, once per pass
+        p.standing = {
+            r.job.id: (r.job.priority, las_queue(r.job, p.policy, p.now, r.start_time))
+            for r in p.running.values()
+        }
+    p.standing[job.id] = (job.priority, las_queue(job, p.policy, p.now))
+    return p.standing
 
 
 def _is_owed(p: _Pass, job: Job, victim: Running) -> bool:
@@ -548,6 +577,7 @@ def _evict(p: _Pass, job: Job, found: Victims) -> None:
     """Release the victims from the pass's state and record the evictions (and shrinks),
     charging the preemption budget; the caller then binds ``job`` like any other bind."""
     p.work = release_victims(p.work, found)
+    p.open_gpus = None
     for victim in (*found.jobs, *found.shrink):
         run = p.running[victim]
         freed = run.allocation.grants if victim in found.jobs else found.dropped.get(victim, ())
@@ -608,7 +638,7 @@ def _reserve(p: _Pass, job: Job, position: int, reasons: tuple[str, ...]) -> boo
     trial = p.work.copy()
     for res in p.reservations:
         trial.cordoned[list(res.hosts)] = True
-    decision = when_and_where(trial, job.gang, p.now)
+    decision = when_and_where(trial, job.gang, p.now, p.explain)
     if decision.outcome != Outcome.LATER or decision.placement is None:
         return False
     start = decision.start_time if decision.start_time is not None else p.now
@@ -621,12 +651,34 @@ def _reserve(p: _Pass, job: Job, position: int, reasons: tuple[str, ...]) -> boo
 
 
 def _classify(p: _Pass, job: Job, blocked: frozenset[int]) -> WaitReason:
-    if blocked:
+    free = _open_gpus(p)
+    if blocked and free >= job.gpus:
         placement, _, _ = _place(p, job.gang, frozenset())
         if placement is not None:
             return WaitReason.RESERVATION
-    free = int(p.work.free[~p.work.cordoned].sum())
     return WaitReason.TOPOLOGY if free >= job.gpus else WaitReason.CAPACITY
+
+
+def _hopeless(p: _Pass, job: Job, may_reserve: bool) -> bool:
+    """Whether, in a pass nobody reads the reasons of, ``job`` can only wait and needs no
+    look: it wants more GPUs than are free on every host taking work together, so it cannot
+    start, start smaller or (when it can bump nobody) start by preemption, and no reservation
+    is left to give. Long queues then cost a pass what can start, not what waits."""
+    if p.explain or job.gpus <= _open_gpus(p) or job.held is not None:
+        return False
+    if p.policy.elastic and job.elastic is not None:
+        return False
+    if p.policy.preemption and not _outranks_none(p, job):
+        return False
+    return not (may_reserve and _may_reserve(p))
+
+
+def _open_gpus(p: _Pass) -> int:
+    """Free GPUs on hosts that take work, counted once per change of the pass's state (every
+    change goes through ``_bind``, ``_evict`` or a restart hold, which clear the count)."""
+    if p.open_gpus is None:
+        p.open_gpus = int(p.work.host_free[~p.work.cordoned].sum())
+    return p.open_gpus
 
 
 def _estimate(p: _Pass, job: Job) -> float | None:
@@ -634,7 +686,7 @@ def _estimate(p: _Pass, job: Job) -> float | None:
     if p.estimates_left <= 0:
         return None
     p.estimates_left -= 1
-    decision = when_and_where(p.work, job.gang, p.now)
+    decision = when_and_where(p.work, job.gang, p.now, p.explain)
     return decision.start_time if decision.outcome == Outcome.LATER else None
 
 
@@ -656,7 +708,7 @@ def _start_smaller(p: _Pass, job: Job, position: int, blocked: frozenset[int]) -
         runtime = job.expected_runtime()
         note = f"elastic start at {replicas} of {full} replicas"
         if runtime is not None:
-            later = when_and_where(p.work, job.gang, p.now)
+            later = when_and_where(p.work, job.gang, p.now, p.explain)
             start_full = later.start_time if later.outcome == Outcome.LATER else None
             finish_small = p.now + runtime * full / replicas
             if start_full is not None and start_full + runtime <= finish_small:

@@ -244,7 +244,11 @@ class Simulation:
             return
         for key in arrived:
             job = self.pending[key]
-            others = tuple(j for k, j in self.pending.items() if k != key)
+            others = tuple(self.pending.values())
+            if others and others[-1] is job:  # the usual case: it is the latest to queue
+                others = others[:-1]
+            else:
+                others = tuple(j for j in others if j is not job)
             self._apply(
                 schedule_arrival(self._snapshot(others), job, self.policy, self.reservations)
             )

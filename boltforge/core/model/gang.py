@@ -102,10 +102,10 @@ class Gang:
     topology: TopologyRule = field(default_factory=TopologyRule)
     team: str = ""
     priority: int = 3
+    total_gpus: int = field(init=False, repr=False, compare=False)
 
-    @property
-    def total_gpus(self) -> int:
-        return sum(r.total_gpus for r in self.roles)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "total_gpus", sum(r.total_gpus for r in self.roles))
 
     def resized(self, replicas: int) -> Gang:
         """This gang with ``replicas`` replicas of its first role (an elastic job's size)."""

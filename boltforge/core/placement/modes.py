@@ -4,19 +4,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from boltforge.core.model.gang import Gang
+from boltforge.core.model.gang import Gang, Role
 from boltforge.core.model.state import Allocation, FleetState
 from boltforge.core.model.topology import TopologyTree
 from boltforge.core.placement.explain import diagnose
+from boltforge.core.placement.hostfit import eligible_hosts
 from boltforge.core.placement.place import Decision, Outcome, Placement, place_gang
 
 
-def place_now(state: FleetState, gang: Gang) -> Decision:
-    """Where ``gang`` would go on ``state`` right now; ``state`` is not changed."""
+def place_now(state: FleetState, gang: Gang, explain: bool = True) -> Decision:
+    """Where ``gang`` would go on ``state`` right now; ``state`` is not changed.
+
+    ``explain=False`` leaves a failure's reasons and fixes empty (the outcome is the same:
+    NEVER when no pool matches the gang's capability, else NOT_NOW), for callers that act on
+    the outcome alone."""
     placement, failed = place_gang(state, gang)
     if placement is not None:
         return Decision(Outcome.NOW, placement)
     assert failed is not None
+    if not explain:
+        matched = eligible_hosts(state, failed).any()
+        return Decision(Outcome.NOT_NOW if matched else Outcome.NEVER)
     return diagnose(state, gang, failed, never=False)
 
 
@@ -49,16 +57,17 @@ def shape_of(gang: Gang) -> tuple[object, ...]:
     return (roles, gang.topology)
 
 
-def when_and_where(state: FleetState, gang: Gang, now: float) -> Decision:
+def when_and_where(state: FleetState, gang: Gang, now: float, explain: bool = True) -> Decision:
     """When and where ``gang`` would start if running jobs end as expected and nothing else comes.
 
     Releases running allocations in order of expected end and finds the earliest end after
     which the gang fits: the search starts where enough GPUs would be free at all, gallops
     forward and then bisects (more free capacity never makes a gang unplaceable). Jobs without
     an expected end are assumed to run forever. ``waits_for`` names the running jobs on the
-    hosts the placement uses (their GPUs, CPUs or memory are needed).
+    hosts the placement uses (their GPUs, CPUs or memory are needed). ``explain`` as in
+    ``place_now``.
     """
-    current = place_now(state, gang)
+    current = place_now(state, gang, explain)
     if current.placed:
         return Decision(Outcome.NOW, current.placement, start_time=now)
     if not fits_empty(state.tree, gang):
@@ -87,6 +96,9 @@ def _earliest(
     freed = np.cumsum([a.gpus for a in ending], dtype=np.int64)
     short = gang.total_gpus - int(state.free[~state.cordoned].sum())
     first = int(np.searchsorted(freed, short)) if short > 0 else 0
+    first = max(first, _replica_bound(state, gang, ending))
+    if first >= len(ending):
+        return None
     below = state.copy()  # ending[: done + 1] released; the gang does not fit there
     done, step = first - 1, 1
     below.release_many([a.job for a in ending[:first]])
@@ -99,6 +111,54 @@ def _earliest(
             return _bisect(below, gang, ending, done, (k, placement))
         below, done, step = trial, k, step * 2
     return None
+
+
+def _replica_bound(state: FleetState, gang: Gang, ending: list[Allocation]) -> int:
+    """Smallest ``k`` at which, counting free GPUs alone, the open hosts that may take each
+    role could hold all its replicas once ``ending[: k + 1]`` are released (``len(ending)``:
+    never). Each replica sits on one host, so a host with ``f`` free GPUs holds at most
+    ``f // gpus`` of them; islands, CPUs and memory can only lower that, so before this
+    ``k`` the gang cannot fit and the search may skip it."""
+    released = [(k, g.host, len(g.gpus)) for k, a in enumerate(ending) for g in a.grants if g.gpus]
+    if not released:
+        return 0
+    ks, hosts, counts = (np.array(c, dtype=np.int64) for c in zip(*released, strict=True))
+    bound = 0
+    for role in gang.roles:
+        if not role.gpus:
+            continue
+        open_hosts = eligible_hosts(state, role) & ~state.cordoned
+        have = int((state.host_free[open_hosts] // role.gpus).sum())
+        if have < role.replicas:
+            k = _slots_reached(state.host_free, open_hosts, (ks, hosts, counts), role)
+            bound = max(bound, len(ending) if k is None else k)
+    return bound
+
+
+def _slots_reached(
+    free: np.ndarray,
+    open_hosts: np.ndarray,
+    released: tuple[np.ndarray, np.ndarray, np.ndarray],
+    role: Role,
+) -> int | None:
+    """The first ``k`` at which the open hosts' replica slots (``free // gpus``), as the
+    released grants come back, add up to ``role.replicas``; None if they never do."""
+    ks, hosts, counts = released
+    mine = open_hosts[hosts]
+    ks, hosts, counts = ks[mine], hosts[mine], counts[mine]
+    if not ks.size:
+        return None
+    by_host = np.lexsort((ks, hosts))
+    ks, hosts, counts = ks[by_host], hosts[by_host], counts[by_host]
+    total = np.cumsum(counts)
+    starts = np.flatnonzero(np.r_[True, hosts[1:] != hosts[:-1]])
+    base = np.repeat(total[starts] - counts[starts], np.diff(np.r_[starts, len(hosts)]))
+    after = free[hosts] + total - base
+    gained = after // role.gpus - (after - counts) // role.gpus
+    in_time = np.argsort(ks, kind="stable")
+    slots = int((free[open_hosts] // role.gpus).sum()) + np.cumsum(gained[in_time])
+    i = int(np.searchsorted(slots, role.replicas))
+    return int(ks[in_time][i]) if i < len(slots) else None
 
 
 def _bisect(

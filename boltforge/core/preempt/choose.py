@@ -96,6 +96,7 @@ def find_victims(
     reclaim_from: frozenset[str] = frozenset(),
     over_quota: frozenset[str] = frozenset(),
     standing: Standing | None = None,
+    explain: bool = True,
 ) -> Victims | NoVictims:
     """The least costly set of evictions and shrinks after which ``job`` places on ``state``.
 
@@ -105,8 +106,8 @@ def find_victims(
     job's queue (reclaimable regardless of class, class 0 excepted, and preferred first);
     ``over_quota`` names jobs running over their queue's quota (preferred next); ``standing``
     ranks jobs finer than their class (see ``victims``). When the job
-    already fits, the answer is ``Victims`` with nothing to preempt. Nothing passed in is
-    changed; equal inputs give equal answers.
+    already fits, the answer is ``Victims`` with nothing to preempt. ``explain=False`` leaves
+    ``NoVictims.reasons`` empty. Nothing passed in is changed; equal inputs give equal answers.
     """
     placement, _ = place_gang(state, job.gang)
     if placement is not None:
@@ -116,6 +117,8 @@ def find_victims(
     limit = math.floor(rules.churn_fraction * state.tree.total_gpus + EPS)
     search = _search(state, job, screening, now, ChurnNote(used, limit, rules.churn_window_s))
     if search.best is None:
+        if not explain:
+            return NoVictims(())
         return NoVictims(no_victims_reasons(state, job, screening, search, rules))
     return _victims(job, search.best, search.best.placement, search, now)
 

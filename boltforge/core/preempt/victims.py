@@ -17,7 +17,7 @@ action) is applied to a copy of the fleet state with ``apply_plan``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 
 from boltforge.core.model.state import Allocation, FleetState, Grant
@@ -237,8 +237,9 @@ def screen(
         if why is not None:
             refused.append((job_id, run.job.priority, why))
             continue
-        cand = _candidate(run, state.allocations[job_id], rules, now, reclaim_from, over_quota)
-        candidates.append(replace(cand, standing=standing_of(run.job, standing)))
+        allocation = state.allocations[job_id]
+        mark = standing_of(run.job, standing)
+        candidates.append(_candidate(run, allocation, rules, now, reclaim_from, over_quota, mark))
     return Screening(tuple(candidates), tuple(refused))
 
 
@@ -249,6 +250,7 @@ def _candidate(
     now: float,
     reclaim_from: frozenset[str],
     over_quota: frozenset[str],
+    standing: tuple[int, ...],
 ) -> Candidate:
     victim = run.job
     if victim.id in reclaim_from:
@@ -263,7 +265,7 @@ def _candidate(
     if rules.shrink and victim.elastic is not None and not resized:
         current = sum(g.role == role for g in allocation.grants)
         spare = max(0, current - max(victim.elastic[0], 1))
-    return Candidate(run, allocation.grants, tier, weight, spare, role)
+    return Candidate(run, allocation.grants, tier, weight, spare, role, standing)
 
 
 def apply_plan(state: FleetState, plan: Iterable[Action]) -> FleetState:

@@ -32,10 +32,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from itertools import pairwise
+
+import numpy as np
 
 from boltforge.core.model.workload import Job, Running, Usage
 from boltforge.core.queueing.quota import Holdings, QuotaTree, held_by, lineage
-from boltforge.core.queueing.shortest import SizeRule, rank
+from boltforge.core.queueing.shortest import SizeRule, aged_rank, work_left
 
 DEFAULT_HALF_LIFE_S = 7 * 86400.0
 URGENT_SLACK_S = 3600.0
@@ -162,21 +165,52 @@ def order(
     unique (``ValueError``), which makes the order total: any permutation of ``jobs`` gives
     the same list.
     """
-    pending = list(jobs)
-    if len({j.id for j in pending}) < len(pending):
+    pending = sorted(jobs, key=lambda j: j.id)  # ties after every other key: by id
+    if any(a.id == b.id for a, b in pairwise(pending)):
         raise ValueError("job ids must be unique to order jobs")
+    if not pending:
+        return []
     factors: dict[str, float] = {}
-    held: dict[str, int] = {}
+    held: dict[str, float] = {}
+    for q in {j.queue for j in pending}:
+        factors[q] = fair_share_factor(tree, usage, q, capacity[0], half_life_s)
+        held[q] = float(sum(held_by(holdings, q).values()))
+    rows = np.array([_row(j, held[j.queue], factors[j.queue], now, size) for j in pending])
+    priority, submit, queue_gpus, cpus, memory, middle, spare = rows.T
+    dominant = _dominant_shares(np.stack([queue_gpus, cpus, memory], axis=1), capacity)
+    urgent = spare < URGENT_SLACK_S  # NaN (no deadline) is never urgent
+    keys = (submit, dominant, middle, np.where(urgent, spare, 0.0), ~urgent, priority)
+    return [pending[i] for i in np.lexsort(keys)]
 
-    def key(job: Job) -> OrderKey:
-        if job.queue not in factors:
-            factors[job.queue] = fair_share_factor(tree, usage, job.queue, capacity[0], half_life_s)
-            held[job.queue] = sum(held_by(holdings, job.queue).values())
-        _, cpus, memory = job_resources(job)
-        queue_gpus = held[job.queue]
-        dominant = dominant_share((queue_gpus, cpus, memory), capacity)
-        factor = factors[job.queue]
-        size_rank = None if size is None else rank(job, factor, now, size)
-        return order_key(job, factor, dominant, now, size_rank)
 
-    return sorted(pending, key=key)
+def _row(
+    job: Job, queue_gpus: float, factor: float, now: float, size: SizeRule | None
+) -> tuple[float, ...]:
+    """One job's numbers for ``order``: class, submit, queue GPUs, CPUs, memory, the factor
+    (negated) or the size rank, and slack (NaN without a deadline)."""
+    _, cpus, memory = job_resources(job)
+    if size is None:
+        middle = -factor
+    else:
+        middle = aged_rank(work_left(job), job.submit_time, factor, now, size)
+    spare = slack(job, now)
+    return (
+        job.priority,
+        job.submit_time,
+        queue_gpus,
+        cpus,
+        memory,
+        middle,
+        math.nan if spare is None else spare,
+    )
+
+
+def _dominant_shares(demand: np.ndarray, capacity: Resources) -> np.ndarray:
+    """``dominant_share`` of each row of ``demand`` (one row per job)."""
+    if demand.size and (demand.min() < 0 or min(capacity) < 0):
+        raise ValueError(f"demands and capacity {capacity} must not be negative")
+    cap = np.array(capacity, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        shares = np.where(cap > 0, demand / np.where(cap > 0, cap, 1.0), np.inf)
+    shares = np.where((cap <= 0) & (demand <= 0), 0.0, shares)
+    return np.asarray(shares.max(axis=1))

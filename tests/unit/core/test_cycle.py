@@ -246,6 +246,23 @@ def test_cycle_is_deterministic_and_never_double_books(world: World, name: str) 
     assert decided == {j.id for j in world.pending}
 
 
+@settings(max_examples=100, deadline=None)
+@given(worlds(), st.sampled_from(list(POLICIES)))
+def test_a_pass_without_explanations_decides_the_same(world: World, name: str) -> None:
+    """``explain=False`` (the simulator's passes) drops reasons and estimates and skips jobs
+    that cannot start; it never changes a decision or who waits."""
+    full = run_cycle(snapshot(world), POLICIES[name])
+    bare = run_cycle(snapshot(world), POLICIES[name], explain=False)
+    assert (bare.binds, bare.evictions, bare.reservations) == (
+        full.binds,
+        full.evictions,
+        full.reservations,
+    )
+    assert [(w.job, w.position) for w in bare.waiting] == [
+        (w.job, w.position) for w in full.waiting
+    ]
+
+
 # --- elastic starts and deadlines -------------------------------------------------------------
 
 

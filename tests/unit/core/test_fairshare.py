@@ -28,11 +28,13 @@ from boltforge.core.queueing.fairshare import (
     decay,
     dominant_share,
     fair_share_factor,
+    job_resources,
     normalized_share,
     order,
     order_key,
 )
-from boltforge.core.queueing.quota import ANY, QueueSpec, QuotaTree, lineage
+from boltforge.core.queueing.quota import ANY, QueueSpec, QuotaTree, held_by, lineage
+from boltforge.core.queueing.shortest import SizeRule, rank
 
 H = DEFAULT_HALF_LIFE_S
 HOUR = 3600.0
@@ -475,6 +477,24 @@ def test_order_is_a_deterministic_total_order(
     assert sorted(j.id for j in first) == sorted(j.id for j in jobs)
     classes = [j.priority for j in first]
     assert classes == sorted(classes)
+
+
+@EXAMPLES
+@given(pending(), usages, st.sampled_from((None, SizeRule(32 * HOUR, 0.5))))
+def test_order_sorts_by_the_order_key(jobs: list[Job], usage: Usage, size: SizeRule | None) -> None:
+    """``order`` computes its keys for all jobs at once; they sort as ``order_key`` does."""
+    held = {"org/nlp": {"h100": 64}, "lab": {"a100": 8}}
+
+    def key(j: Job) -> tuple[object, ...]:
+        factor = fair_share_factor(ORG, usage, j.queue, CLUSTER[0])
+        queue_gpus = float(sum(held_by(held, j.queue).values()))
+        _, cpus, memory = job_resources(j)
+        dominant = dominant_share((queue_gpus, cpus, memory), CLUSTER)
+        size_rank = None if size is None else rank(j, factor, NOW, size)
+        return order_key(j, factor, dominant, NOW, size_rank)
+
+    expected = sorted(jobs, key=key)
+    assert order(jobs, ORG, usage, CLUSTER, NOW, held, size=size) == expected
 
 
 def test_guarantees_do_not_change_shares() -> None:

@@ -15,8 +15,8 @@ from boltforge.core.model.levels import Level
 from boltforge.core.model.state import Allocation, FleetState, Grant
 from boltforge.core.model.topology import Tier, TopologyTree
 from boltforge.core.placement.crossing import role_cost
-from boltforge.core.placement.modes import could_ever_fit, place_now, when_and_where
-from boltforge.core.placement.place import Decision, Outcome, Placement
+from boltforge.core.placement.modes import by_end, could_ever_fit, place_now, when_and_where
+from boltforge.core.placement.place import Decision, Outcome, Placement, place_gang
 from boltforge.testing.builders import make_fleet, make_gang, make_pool, make_role, occupy
 
 GPU_POOLS = {
@@ -305,6 +305,41 @@ def test_when_and_where_places_on_what_the_waited_for_jobs_free(world: World) ->
     for job in decision.waits_for:
         released.release(job)
     assert_valid(released, world.gang, placement)
+
+
+@EXAMPLES
+@given(worlds(busy=True))
+def test_when_and_where_finds_the_earliest_end_after_which_the_gang_fits(world: World) -> None:
+    """Against a plain linear search: release the running jobs one by one in order of end
+    and stop at the first release after which the gang places (the galloping search, and the
+    bound it starts from, skip only releases after which it cannot)."""
+    state, gang = world.state, world.gang
+    decision = when_and_where(state, gang, NOW)
+    if decision.outcome != Outcome.LATER:
+        return
+    released = state.copy()
+    for allocation in by_end(state):
+        released.release(allocation.job)
+        placement, _ = place_gang(released, gang)
+        if placement is not None:
+            assert decision.start_time == max(allocation.expected_end or NOW, NOW)
+            assert decision.placement is not None
+            assert decision.placement.grants == placement.grants
+            return
+    raise AssertionError("a start time was given but the gang never fits")
+
+
+@EXAMPLES
+@given(worlds())
+def test_unexplained_placement_answers_the_same(world: World) -> None:
+    explained = place_now(world.state, world.gang)
+    bare = place_now(world.state, world.gang, explain=False)
+    assert bare.outcome == explained.outcome
+    assert bare.placement == explained.placement
+    assert bare.reasons == () and bare.fixes == ()
+    assert when_and_where(world.state, world.gang, NOW, explain=False).start_time == (
+        when_and_where(world.state, world.gang, NOW).start_time
+    )
 
 
 # --- bugs the properties found, pinned down as small examples ------------------------------
