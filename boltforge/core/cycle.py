@@ -132,6 +132,7 @@ class _Pass:
     borrowing: bool = False
     open_gpus: int | None = None  # free GPUs on hosts taking work; None: count again
     standing: dict[str, tuple[int, ...]] | None = None  # under LAS, by job id
+    unseen: int = 0  # jobs left waiting unlooked-at (``_Tail``)
 
 
 def run_cycle(
@@ -145,7 +146,9 @@ def run_cycle(
     ``reservations`` carries promises from an earlier pass that should still hold; a full pass
     normally starts with none and makes its own. ``explain=False`` leaves out what no
     decision depends on, for callers nobody reads it to, such as the simulator: waiting jobs'
-    reasons and start estimates, and any look at a job that cannot start (``_hopeless``).
+    reasons and start estimates, and any look at a job that cannot start (``_hopeless``);
+    once no job left in the queue can start (``_Tail``) the pass ends, and ``waiting`` lists
+    only the jobs it looked at.
     """
     holdings = snap.holdings()
     ordered = order_jobs(list(snap.pending), policy, snap.now, _fair(snap, holdings, policy))  # 1.
@@ -154,7 +157,11 @@ def run_cycle(
     p.reservations = list(reservations)
     p.estimates_left = policy.estimate_waits if explain else 0
     p.explain = explain
+    tail = None if explain else _Tail.of(ordered, policy)
     for position, job in enumerate(ordered):
+        if tail is not None and tail.none_can_start(p, position):
+            p.unseen = len(ordered) - position  # they wait; nobody reads why
+            break
         upcoming = tuple(j.gang for j in ordered[position + 1 : policy.lookahead][:WINDOW])
         _consider(p, job, position, upcoming=upcoming)  # 3-8, one job at a time
     resizes = _grow(p)  # 9. grow elastic jobs into what nobody waiting can use
@@ -166,6 +173,42 @@ def run_cycle(
         reservations=tuple(p.reservations),
         waiting=tuple(fill_estimates(p.waiting, jobs, p.work, p.now) if explain else p.waiting),
     )
+
+
+@dataclass(frozen=True)
+class _Tail:
+    """What the jobs from each queue position to the end need at least, so that a pass
+    nobody reads the reasons of can stop once none of them can start: the fewest GPUs any of
+    them wants, the most important class among them, and whether any is elastic or has GPUs
+    held for its restart (those take paths of their own)."""
+
+    min_gpus: list[int]
+    min_class: list[int]
+    special: list[bool]
+
+    @staticmethod
+    def of(ordered: list[Job], policy: Policy) -> _Tail:
+        n = len(ordered)
+        min_gpus, min_class, special = [0] * n, [0] * n, [False] * n
+        gpus, klass, odd = 1 << 30, 1 << 30, False
+        for i in range(n - 1, -1, -1):
+            job = ordered[i]
+            gpus, klass = min(gpus, job.gpus), min(klass, job.priority)
+            odd = odd or job.held is not None or (policy.elastic and job.elastic is not None)
+            min_gpus[i], min_class[i], special[i] = gpus, klass, odd
+        return _Tail(min_gpus, min_class, special)
+
+    def none_can_start(self, p: _Pass, position: int) -> bool:
+        """Whether no job from ``position`` on can start in this pass: strict order is
+        blocked, or each wants more GPUs than are free on every open host together, none
+        may bump anyone, and no reservation is left to give."""
+        if p.head_blocked is not None:
+            return True
+        if self.special[position] or self.min_gpus[position] <= _open_gpus(p):
+            return False
+        if p.policy.preemption and not _outranks_none_below(p, self.min_class[position]):
+            return False
+        return not _may_reserve(p)
 
 
 def schedule_arrival(
@@ -534,9 +577,14 @@ def _outranks_none(p: _Pass, job: Job) -> bool:
     """Whether ``job`` can bump nobody for sure, known without a scan of the running jobs:
     ranked by class alone (not LAS), nothing borrows, and no running job is of a lower class
     than it (``max_class`` is taken when the pass begins; evictions only lower it)."""
+    return _outranks_none_below(p, job.priority)
+
+
+def _outranks_none_below(p: _Pass, priority: int) -> bool:
+    """``_outranks_none`` for any job of class ``priority`` or a less important one."""
     if p.policy.ordering == Ordering.LAS or p.borrowing:
         return False
-    return p.max_class is None or job.priority >= p.max_class
+    return p.max_class is None or priority >= p.max_class
 
 
 def _rules(policy: Policy) -> PreemptRules:
@@ -613,7 +661,8 @@ def _grow(p: _Pass) -> list[Resize]:
     """Grow running elastic jobs (``core/elastic.py``) when no job is left waiting; each
     growth is admitted against its queue's quota and charged like a bind."""
     kept = []
-    for resize in grow(p.work, tuple(p.running.values()), p.policy, p.now, len(p.waiting)):
+    waiting = len(p.waiting) + p.unseen
+    for resize in grow(p.work, tuple(p.running.values()), p.policy, p.now, waiting):
         job = p.running[resize.job].job
         if not _admit(p, job, resize.added).ok:
             continue
@@ -626,7 +675,9 @@ def _grow(p: _Pass) -> list[Resize]:
 def reservation_depth(policy: Policy) -> int:
     """How many waiting jobs a full pass reserves a start for: none without backfill, the
     head job under EASY, ``policy.reservations`` under conservative backfill."""
-    return {Backfill.NONE: 0, Backfill.EASY: 1}.get(policy.backfill, policy.reservations)
+    if policy.backfill == Backfill.NONE:
+        return 0
+    return 1 if policy.backfill == Backfill.EASY else policy.reservations
 
 
 def _may_reserve(p: _Pass) -> bool:

@@ -103,9 +103,14 @@ class Gang:
     team: str = ""
     priority: int = 3
     total_gpus: int = field(init=False, repr=False, compare=False)
+    total_cpus: float = field(init=False, repr=False, compare=False)
+    total_memory_gb: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "total_gpus", sum(r.total_gpus for r in self.roles))
+        roles = self.roles
+        object.__setattr__(self, "total_gpus", sum(r.total_gpus for r in roles))
+        object.__setattr__(self, "total_cpus", sum(r.replicas * r.cpus for r in roles))
+        object.__setattr__(self, "total_memory_gb", sum(r.replicas * r.memory_gb for r in roles))
 
     def resized(self, replicas: int) -> Gang:
         """This gang with ``replicas`` replicas of its first role (an elastic job's size)."""

@@ -109,12 +109,8 @@ def dominant_share(demand: Resources, capacity: Resources) -> float:
 
 def job_resources(job: Job) -> Resources:
     """What the whole gang asks for: GPUs, CPUs and memory (GB)."""
-    roles = job.gang.roles
-    return (
-        float(job.gpus),
-        sum(r.replicas * r.cpus for r in roles),
-        sum(r.replicas * r.memory_gb for r in roles),
-    )
+    gang = job.gang
+    return (float(gang.total_gpus), gang.total_cpus, gang.total_memory_gb)
 
 
 def slack(job: Job, now: float) -> float | None:
@@ -188,18 +184,18 @@ def _row(
 ) -> tuple[float, ...]:
     """One job's numbers for ``order``: class, submit, queue GPUs, CPUs, memory, the factor
     (negated) or the size rank, and slack (NaN without a deadline)."""
-    _, cpus, memory = job_resources(job)
+    gang = job.gang
     if size is None:
         middle = -factor
     else:
         middle = aged_rank(work_left(job), job.submit_time, factor, now, size)
-    spare = slack(job, now)
+    spare = slack(job, now) if job.deadline is not None else None
     return (
-        job.priority,
+        gang.priority,
         job.submit_time,
         queue_gpus,
-        cpus,
-        memory,
+        gang.total_cpus,
+        gang.total_memory_gb,
         middle,
         math.nan if spare is None else spare,
     )
