@@ -341,12 +341,13 @@ def _run_all(runs: list[SimulationRun], workers: int) -> dict[str, SimResult]:
         futures: dict[str, Future[SimResult]] = {
             r.label: pool.submit(_replay, r, shared) for r in runs
         }
+        reported: dict[str, int] = {}  # tenths reported per run, off a terminal
         with Progress(*columns, console=errors, transient=False) as bars:
             tasks = {n: bars.add_task(n, total=len(runs[0].trace)) for n in futures}
             while not all(f.done() for f in futures.values()):
-                _update(bars, tasks, dict(shared), futures)
+                _update(bars, tasks, dict(shared), futures, reported)
                 time.sleep(0.2)
-            _update(bars, tasks, dict(shared), futures)
+            _update(bars, tasks, dict(shared), futures, reported)
         return {name: f.result() for name, f in futures.items()}
 
 
@@ -355,11 +356,26 @@ def _update(
     tasks: dict[str, Any],
     shared: dict[str, Any],
     futures: dict[str, Future[SimResult]],
+    reported: dict[str, int],
 ) -> None:
     for name, task in tasks.items():
         total = bars.tasks[task].total or 0
         done = total if futures[name].done() else shared.get(name, (0, 0))[0]
         bars.update(task, completed=done)
+        if not errors.is_terminal:  # no live bars: a plain line every tenth of a run
+            line = progress_line(name, done, total, reported)
+            if line:
+                errors.print(line, highlight=False)
+
+
+def progress_line(name: str, done: int, total: int, reported: dict[str, int]) -> str:
+    """The line to print when run ``name`` passes another tenth of its jobs (``""`` when it
+    has not since the last one; ``reported`` remembers the tenths printed per run)."""
+    tenth = 10 * done // total if total else 10
+    if tenth <= reported.get(name, 0):
+        return ""
+    reported[name] = tenth
+    return f"{escape(name)}: {done:,} of {total:,} jobs finished ({10 * tenth}%)"
 
 
 def _json(m: Metrics) -> dict[str, Any]:

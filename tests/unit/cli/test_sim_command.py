@@ -16,9 +16,18 @@ from typer.testing import CliRunner, Result
 
 import boltforge.cli.simulate as simulate_module
 from boltforge.cli.main import app
-from boltforge.cli.simulate import JSON_KEYS, SimulationRun, _label, _replay, _short
+from boltforge.cli.simulate import (
+    JSON_KEYS,
+    SimulationRun,
+    _label,
+    _replay,
+    _short,
+    progress_line,
+)
 from boltforge.core.policy import POLICIES
+from boltforge.sim.engine import SimConfig
 from boltforge.sim.records import SimResult
+from boltforge.sim.traces import load_trace
 
 runner = CliRunner()
 LAB = Path(__file__).resolve().parents[3] / "examples" / "fleets" / "lab.yaml"
@@ -218,6 +227,24 @@ def test_the_offered_load_line_goes_to_stderr(here: None, trace: Path) -> None:
     clean_exit(result, 0)
     assert "12 jobs on lab (32 GPUs), offered load" in result.stderr
     json.loads(result.stdout)  # nothing but the JSON on stdout
+
+
+def test_off_a_terminal_progress_comes_as_plain_lines(
+    trace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs = load_trace(trace)
+    run = SimulationRun("fifo", LAB, jobs, SimConfig(policy=POLICIES["fifo"]))
+    results = simulate_module._run_all([run], workers=1)  # a real worker process
+    assert results["fifo"].jobs
+    assert "fifo: 12 of 12 jobs finished (100%)" in capsys.readouterr().err
+
+
+def test_a_progress_line_comes_once_per_tenth_of_a_run() -> None:
+    reported: dict[str, int] = {}
+    lines = [progress_line("default", done, 1000, reported) for done in (0, 50, 99, 100, 150)]
+    assert lines == ["", "", "", "default: 100 of 1,000 jobs finished (10%)", ""]
+    assert progress_line("default", 1000, 1000, reported).endswith("(100%)")
+    assert progress_line("default", 1000, 1000, reported) == ""
 
 
 def test_several_fleets_with_one_policy_are_labelled_by_fleet(
