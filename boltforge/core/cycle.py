@@ -184,31 +184,26 @@ class _Tail:
 
     min_gpus: list[int]
     min_class: list[int]
-    special: list[bool]
+    own_path: list[bool]
 
     @staticmethod
     def of(ordered: list[Job], policy: Policy) -> _Tail:
         n = len(ordered)
-        min_gpus, min_class, special = [0] * n, [0] * n, [False] * n
-        gpus, klass, odd = 1 << 30, 1 << 30, False
+        min_gpus, min_class, own_path = [0] * n, [0] * n, [False] * n
+        gpus, klass, own = 1 << 30, 1 << 30, False
         for i in range(n - 1, -1, -1):
             job = ordered[i]
             gpus, klass = min(gpus, job.gpus), min(klass, job.priority)
-            odd = odd or job.held is not None or (policy.elastic and job.elastic is not None)
-            min_gpus[i], min_class[i], special[i] = gpus, klass, odd
-        return _Tail(min_gpus, min_class, special)
+            own = own or _own_path(policy, job)
+            min_gpus[i], min_class[i], own_path[i] = gpus, klass, own
+        return _Tail(min_gpus, min_class, own_path)
 
-    def none_can_start(self, p: _Pass, position: int) -> bool:
-        """Whether no job from ``position`` on can start in this pass: strict order is
-        blocked, or each wants more GPUs than are free on every open host together, none
-        may bump anyone, and no reservation is left to give."""
+    def none_can_start(self, p: _Pass, i: int) -> bool:
+        """Whether no job from position ``i`` on can start in this pass: strict order is
+        blocked, or each of them ``_cannot_start``."""
         if p.head_blocked is not None:
             return True
-        if self.special[position] or self.min_gpus[position] <= _open_gpus(p):
-            return False
-        if p.policy.preemption and not _outranks_none_below(p, self.min_class[position]):
-            return False
-        return not _may_reserve(p)
+        return _cannot_start(p, self.min_gpus[i], self.min_class[i], self.own_path[i], True)
 
 
 def schedule_arrival(
@@ -531,7 +526,7 @@ def _preempt(
 ) -> tuple[bool, tuple[str, ...]]:
     """Evict or shrink the cheapest victims that free a topology-valid placement, when the
     work they lose is less than the job's GPU time spent waiting. Returns (started, reasons)."""
-    if _outranks_none(p, job):
+    if _bumps_nobody(p, job.priority):
         return False, ()
     alive = [r for r in p.running.values() if r.job.id in p.work.allocations]
     borrowers = frozenset(r.job.id for r in alive if r.borrowed)
@@ -573,15 +568,11 @@ def _preempt(
     return True, ()
 
 
-def _outranks_none(p: _Pass, job: Job) -> bool:
-    """Whether ``job`` can bump nobody for sure, known without a scan of the running jobs:
-    ranked by class alone (not LAS), nothing borrows, and no running job is of a lower class
-    than it (``max_class`` is taken when the pass begins; evictions only lower it)."""
-    return _outranks_none_below(p, job.priority)
-
-
-def _outranks_none_below(p: _Pass, priority: int) -> bool:
-    """``_outranks_none`` for any job of class ``priority`` or a less important one."""
+def _bumps_nobody(p: _Pass, priority: int) -> bool:
+    """Whether a job of class ``priority`` (or a less important one) can bump nobody for
+    sure, known without a scan of the running jobs: ranked by class alone (not LAS), nothing
+    borrows, and no running job is of a lower class (``max_class`` is taken when the pass
+    begins; evictions only lower it)."""
     if p.policy.ordering == Ordering.LAS or p.borrowing:
         return False
     return p.max_class is None or priority >= p.max_class
@@ -712,16 +703,28 @@ def _classify(p: _Pass, job: Job, blocked: frozenset[int]) -> WaitReason:
 
 def _hopeless(p: _Pass, job: Job, may_reserve: bool) -> bool:
     """Whether, in a pass nobody reads the reasons of, ``job`` can only wait and needs no
-    look: it wants more GPUs than are free on every host taking work together, so it cannot
-    start, start smaller or (when it can bump nobody) start by preemption, and no reservation
-    is left to give. Long queues then cost a pass what can start, not what waits."""
-    if p.explain or job.gpus <= _open_gpus(p) or job.held is not None:
+    look (``_cannot_start``)."""
+    if p.explain:
         return False
-    if p.policy.elastic and job.elastic is not None:
+    return _cannot_start(p, job.gpus, job.priority, _own_path(p.policy, job), may_reserve)
+
+
+def _cannot_start(p: _Pass, gpus: int, priority: int, own_path: bool, may_reserve: bool) -> bool:
+    """Whether a job of ``gpus`` GPUs and class ``priority`` cannot start in this pass, known
+    without a look at it: it wants more GPUs than are free on every host taking work
+    together, so it cannot start or start smaller; it can bump nobody; no reservation is left
+    to give; and it takes no path of its own (``_own_path``)."""
+    if own_path or gpus <= _open_gpus(p):
         return False
-    if p.policy.preemption and not _outranks_none(p, job):
+    if p.policy.preemption and not _bumps_nobody(p, priority):
         return False
     return not (may_reserve and _may_reserve(p))
+
+
+def _own_path(policy: Policy, job: Job) -> bool:
+    """Whether ``job`` is placed by a path of its own: a restart on GPUs held for it, or an
+    elastic start at a smaller size."""
+    return job.held is not None or (policy.elastic and job.elastic is not None)
 
 
 def _open_gpus(p: _Pass) -> int:

@@ -38,7 +38,7 @@ import numpy as np
 
 from boltforge.core.model.workload import Job, Running, Usage
 from boltforge.core.queueing.quota import Holdings, QuotaTree, held_by, lineage
-from boltforge.core.queueing.shortest import SizeRule, aged_rank, work_left
+from boltforge.core.queueing.shortest import SizeRule, rank
 
 DEFAULT_HALF_LIFE_S = 7 * 86400.0
 URGENT_SLACK_S = 3600.0
@@ -98,13 +98,7 @@ def dominant_share(demand: Resources, capacity: Resources) -> float:
 
     A resource the cluster has none of counts as infinite share when demanded, else not at all.
     """
-    if min(*demand, *capacity) < 0:
-        raise ValueError(f"demand {demand} and capacity {capacity} must not be negative")
-    shares = [
-        d / c if c > 0 else (math.inf if d > 0 else 0.0)
-        for d, c in zip(demand, capacity, strict=True)
-    ]
-    return max(shares)
+    return float(dominant_shares(np.array([demand], dtype=np.float64), capacity)[0])
 
 
 def job_resources(job: Job) -> Resources:
@@ -173,7 +167,7 @@ def order(
         held[q] = float(sum(held_by(holdings, q).values()))
     rows = np.array([_row(j, held[j.queue], factors[j.queue], now, size) for j in pending])
     priority, submit, queue_gpus, cpus, memory, middle, spare = rows.T
-    dominant = _dominant_shares(np.stack([queue_gpus, cpus, memory], axis=1), capacity)
+    dominant = dominant_shares(np.stack([queue_gpus, cpus, memory], axis=1), capacity)
     urgent = spare < URGENT_SLACK_S  # NaN (no deadline) is never urgent
     keys = (submit, dominant, middle, np.where(urgent, spare, 0.0), ~urgent, priority)
     return [pending[i] for i in np.lexsort(keys)]
@@ -185,10 +179,7 @@ def _row(
     """One job's numbers for ``order``: class, submit, queue GPUs, CPUs, memory, the factor
     (negated) or the size rank, and slack (NaN without a deadline)."""
     gang = job.gang
-    if size is None:
-        middle = -factor
-    else:
-        middle = aged_rank(work_left(job), job.submit_time, factor, now, size)
+    middle = -factor if size is None else rank(job, factor, now, size)
     spare = slack(job, now) if job.deadline is not None else None
     return (
         gang.priority,
@@ -201,7 +192,7 @@ def _row(
     )
 
 
-def _dominant_shares(demand: np.ndarray, capacity: Resources) -> np.ndarray:
+def dominant_shares(demand: np.ndarray, capacity: Resources) -> np.ndarray:
     """``dominant_share`` of each row of ``demand`` (one row per job)."""
     if demand.size and (demand.min() < 0 or min(capacity) < 0):
         raise ValueError(f"demands and capacity {capacity} must not be negative")

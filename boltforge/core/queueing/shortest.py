@@ -47,12 +47,7 @@ def work_left(job: Job) -> float:
 def rank(job: Job, factor: float, now: float, rule: SizeRule) -> float:
     """``job``'s rank at ``now`` (smaller first): its work left, halved per ``aging_s``
     waited since submission, scaled by its queue's fair-share ``factor`` (in (0, 1])."""
-    return aged_rank(work_left(job), job.submit_time, factor, now, rule)
-
-
-def aged_rank(work: float, submit: float, factor: float, now: float, rule: SizeRule) -> float:
-    """``rank`` from a job's ``work`` left and ``submit`` time (see ``rank``)."""
-    waited = max(now - submit, 0.0)
-    aged: float = work * 2.0 ** (-waited / rule.aging_s)
+    waited = max(now - job.submit_time, 0.0)
+    aged: float = work_left(job) * 2.0 ** (-waited / rule.aging_s)
     weight: float = (0.5 / max(factor, 1e-12)) ** rule.fair_weight
     return aged * weight
