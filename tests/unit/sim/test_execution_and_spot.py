@@ -95,7 +95,7 @@ def test_finished_at_its_finish_time_holds_exactly_what_it_used_lost_and_slowed(
     end = seg.finish_time(remaining)
     out = finished(seg, end, remaining)
     assert out.work_s == remaining
-    assert out.lost_gpu_s == pytest.approx(seg.gpus * seg.warmup)
+    assert out.lost_gpu_s == pytest.approx(seg.gpus * seg.warmup, rel=1e-9, abs=1e-6)
     slowed = seg.gpus * remaining / seg.size * (seg.slowdown - 1.0)
     assert out.allocated_gpu_s == pytest.approx(total(out) + slowed, rel=1e-9, abs=1e-6)
     if seg.slowdown == 1.0:
