@@ -14,6 +14,7 @@ from sqlalchemy import select
 
 from boltforge.cli.common import errors, spec_errors
 from boltforge.control.auth import new_token
+from boltforge.control.jobs.artifacts import StoreError
 from boltforge.control.nodes.agents import LeaseTerms
 from boltforge.control.runtime import ServerConfig
 from boltforge.control.store.db import Database, default_url
@@ -136,6 +137,26 @@ def server_command(
             "`artifacts` beside the checkpoint root. See docs/forge.md.",
         ),
     ] = None,
+    artifacts_url: Annotated[
+        str,
+        typer.Option(
+            metavar="URL",
+            help="Keep jobs' artifacts in an S3-compatible bucket instead: s3://BUCKET/PREFIX "
+            "(credentials from the AWS environment or profile; needs `boltforge[s3]`). See "
+            "docs/forge.md.",
+            show_default=False,
+        ),
+    ] = "",
+    artifacts_endpoint: Annotated[
+        str,
+        typer.Option(
+            metavar="URL",
+            help="With --artifacts-url: the S3 endpoint of a store other than AWS (MinIO, "
+            "Ceph...), e.g. https://minio.internal:9000. Default: AWS_ENDPOINT_URL_S3 or "
+            "AWS_ENDPOINT_URL, else AWS.",
+            show_default=False,
+        ),
+    ] = "",
     reports: Annotated[
         Path | None,
         typer.Option(
@@ -232,6 +253,16 @@ def server_command(
             show_default=False,
         ),
     ] = None,
+    forwarded_allow_ips: Annotated[
+        str,
+        typer.Option(
+            metavar="IPS",
+            help="Behind a reverse proxy: the proxies' addresses (comma-separated, or `*`) "
+            "whose X-Forwarded-For and X-Forwarded-Proto name the client. Without it those "
+            "headers are ignored and the peer's address is the caller's.",
+            show_default=False,
+        ),
+    ] = "",
 ) -> None:
     """Run the control plane: the HTTP API, the web console (at /console/), the store and
     the scheduling loop.
@@ -255,6 +286,8 @@ def server_command(
     health = _health(straggler_action, straggler_ratio, straggler_samples, progress_timeout)
     teams_spec = _with_images(_teams(teams), require_image, allowed_registry, require_digest)
     hold_s = _seconds("--recovery-hold", recovery_hold)
+    if artifacts_url:
+        _bucket(artifacts_url)
     url = db or default_url()
     home = Path(user_data_dir("boltforge"))
     admin_token = admin_token or _first_admin_token(url, home)
@@ -273,6 +306,8 @@ def server_command(
         recovery_hold_s=hold_s,
         reports_dir=str(reports) if reports else None,
         artifacts_dir=str(artifacts_dir) if artifacts_dir else None,
+        artifacts_url=artifacts_url or None,
+        artifacts_endpoint=artifacts_endpoint or None,
         max_in_flight_per_caller=max_in_flight_per_caller,
         max_in_flight=max_in_flight,
         max_in_flight_per_node=max_in_flight_per_node,
@@ -283,7 +318,11 @@ def server_command(
         advertise_url=advertise_url,
         leader_lease=LeaseTimes(leader_lease, leader_lease / 6, leader_lease * 2 / 3),
     )
-    app = create_app(config)
+    try:
+        app = create_app(config)
+    except StoreError as e:
+        errors.print(f"[bold red]error[/] {escape(str(e))}", highlight=False)
+        raise typer.Exit(2) from None
     uvicorn.run(
         app,
         host=host,
@@ -294,7 +333,20 @@ def server_command(
         timeout_graceful_shutdown=GRACEFUL_S,
         ssl_certfile=certfile,
         ssl_keyfile=keyfile,
+        proxy_headers=bool(forwarded_allow_ips),
+        forwarded_allow_ips=forwarded_allow_ips or None,
     )
+
+
+def _bucket(url: str) -> None:
+    """Exit 2 unless ``url`` names a bucket (``s3://BUCKET[/PREFIX]``)."""
+    from boltforge.control.jobs.s3store import parse_url
+
+    try:
+        parse_url(url)
+    except StoreError as e:
+        errors.print(f"[bold red]error[/] {escape(str(e))}", highlight=False)
+        raise typer.Exit(2) from None
 
 
 def _advertised(replica: str, advertise: str) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 from sqlalchemy import select
 
 from boltforge.control.auth import Caller, create_token, digest
-from boltforge.control.jobs.artifacts import ArtifactStore
+from boltforge.control.jobs.artifacts import open_store
 from boltforge.control.jobs.intake import Intake, Rows
 from boltforge.control.nodes.agents import LeaseTerms, extend_leases
 from boltforge.control.nodes.feed import Feed
@@ -45,7 +45,8 @@ class ServerConfig:
     teams file, whose quotas and lending rules the scheduler applies (None: no quotas).
     ``reports_dir``: where the console finds ``bolt simulate --report`` folders (None: none).
     ``artifacts_dir``: where jobs' artifacts are kept (None: ``artifacts`` beside the
-    checkpoint root).
+    checkpoint root); ``artifacts_url``, when given, an S3-compatible bucket instead
+    (``s3://bucket/prefix``, at ``artifacts_endpoint`` when given).
     ``sample_every_s``: how often the console's utilization history takes a sample.
     ``overlap``: full passes are planned in a thread of their own while arrivals, reports
     and heartbeats go on, and applied when done, keeping the decisions that still hold
@@ -66,6 +67,8 @@ class ServerConfig:
     teams: TeamsSpec | None = None
     reports_dir: str | None = None
     artifacts_dir: str | None = None
+    artifacts_url: str | None = None
+    artifacts_endpoint: str | None = None
     sample_every_s: float = 5.0
     overlap: bool = True
     # Overload limits (boltforge/control/api/overload.py; 0 turns one off): people's requests
@@ -90,6 +93,12 @@ class Runtime:
     def __init__(self, config: ServerConfig, clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.clock = clock
+        beside = Path(config.checkpoint_root).parent / "artifacts"
+        self.artifacts = open_store(  # first: a bucket that cannot be used stops the start
+            Path(config.artifacts_dir) if config.artifacts_dir else beside,
+            config.artifacts_url,
+            config.artifacts_endpoint,
+        )
         self.db = Database(config.db_url)
         self.notifier = Notifier()
         self.mirror = Mirror()
@@ -110,10 +119,6 @@ class Runtime:
             overlap=config.overlap,
         )
         self.intake = Intake(self.db, self._stored)
-        beside = Path(config.checkpoint_root).parent / "artifacts"
-        self.artifacts = ArtifactStore(
-            Path(config.artifacts_dir) if config.artifacts_dir else beside
-        )
         self.agent_writes = Batcher(self.db, self.scheduler.lock, "agent-writes", read_ahead)
         self.feed = Feed(self.agent_writes, self.scheduler, config.terms)
         self._tokens: dict[str, Caller] = {}

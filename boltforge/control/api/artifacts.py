@@ -14,7 +14,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse
+from fastapi.responses import StreamingResponse
 
 from boltforge.control.api.deps import People, Rt, role
 from boltforge.control.api.errors import ERRORS, ApiError
@@ -69,16 +69,17 @@ def list_artifacts(job_id: str, who: People, rt: Rt) -> ArtifactList:
 
 
 @router.get("/v1/jobs/{job_id}/artifacts/{name:path}", response_model=None)
-def download(job_id: str, name: str, who: People, rt: Rt) -> FileResponse:
+def download(job_id: str, name: str, who: People, rt: Rt) -> StreamingResponse:
     """One artifact's bytes, its sha256 in ``X-Sha256``."""
     with rt.db.session() as s:
         visible_job(s, job_id, who)
-    found = rt.artifacts.find(job_id, name)
+    found = rt.artifacts.open(job_id, name)
     if found is None:
         raise ApiError(
             404,
             f"job {job_id} has no artifact {name}. To fix: list them with "
             f"`bolt artifacts {job_id}`",
         )
-    artifact, path = found
-    return FileResponse(path, headers={"X-Sha256": artifact.sha256})
+    artifact, chunks = found
+    headers = {"X-Sha256": artifact.sha256, "Content-Length": str(artifact.size)}
+    return StreamingResponse(chunks, media_type="application/octet-stream", headers=headers)

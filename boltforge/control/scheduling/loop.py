@@ -81,6 +81,7 @@ USAGE_REFRESH_S = 5.0
 VERDICT_S = 1.0
 GATHER_S = 0.02
 MIN_FULL_GAP_S = 0.5
+SLOW_FULL_MS = 1000.0  # a full pass slower than this is logged, with where its time went
 
 
 @dataclass
@@ -377,6 +378,19 @@ class Scheduler:
         stats.last_full_ms = plan.read_ms + plan.compute_ms + apply_ms
         stats.full_ms = [*stats.full_ms[-999:], stats.last_full_ms]
         self._count(stats.last_full_ms, result)
+        if stats.last_full_ms > SLOW_FULL_MS:
+            log.warning(
+                "slow full pass: %.0f ms (read %.0f, decide %.0f, apply %.0f); "
+                "%d waiting, %d running; %d binds, %d evictions",
+                stats.last_full_ms,
+                plan.read_ms,
+                plan.compute_ms,
+                apply_ms,
+                len(plan.world.pending),
+                len(plan.world.running),
+                len(result.binds),
+                len(result.evictions),
+            )
 
     def _incremental(self, now: float, job_ids: list[str]) -> Touched:
         """Incremental passes for new jobs, in submit order, on the world the last pass left

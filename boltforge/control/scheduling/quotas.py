@@ -91,7 +91,9 @@ def _step(
 ) -> None:
     """Lend or restore each team's guarantee as ``core.lending.decide`` says (only restore
     guarantees that waiting work wants unless ``full``)."""
-    oldest = now - max((r.after_s for r in quotas.rules.values()), default=0.0)
+    if not quotas.rules:
+        return
+    oldest = now - max(r.after_s for r in quotas.rules.values())
     runs = _runs(s, oldest) if full else {}
     for team, rule in sorted(quotas.rules.items()):
         g = quotas.specs[team].guaranteed
@@ -114,10 +116,11 @@ def _step(
 
 def _runs(s: Session, after: float) -> dict[str, list[tuple[float, float | None, int]]]:
     """Each team's runs still going or ended after ``after``: (start, end, GPUs)."""
-    rows = s.scalars(select(RunRow).where((RunRow.ended_at.is_(None)) | (RunRow.ended_at > after)))
+    columns = select(RunRow.queue, RunRow.started_at, RunRow.ended_at, RunRow.gpus)
+    rows = s.execute(columns.where((RunRow.ended_at.is_(None)) | (RunRow.ended_at > after)))
     out: dict[str, list[tuple[float, float | None, int]]] = {}
-    for r in rows:
-        out.setdefault(r.queue.split("/")[0], []).append((r.started_at, r.ended_at, r.gpus))
+    for queue, started, ended, gpus in rows:
+        out.setdefault(queue.split("/")[0], []).append((started, ended, gpus))
     return out
 
 

@@ -16,10 +16,12 @@ from typing import Any
 import pytest
 from cli_app_kit import Connections, clean_exit, serve_cli
 from control_kit import AGENT, Fleet, make_spec
+from s3_kit import S3
 from typer.testing import CliRunner, Result
 
 import boltforge.cli.remote as remote
 from boltforge.cli.main import app
+from boltforge.control.jobs.artifacts import DirectoryStore
 from boltforge.control.nodes.agents import LeaseTerms
 from boltforge.wire.jobs import JobDetail, NodeList, SubmitReply, TokenReply
 from boltforge.wire.reclaim import ReclaimReply
@@ -432,6 +434,7 @@ def test_a_download_that_does_not_match_its_hash_is_not_kept(
     fleet: Fleet, served: Connections, tmp_path: Path
 ) -> None:
     job = with_artifacts(fleet, FILES)
+    assert isinstance(fleet.rt.artifacts, DirectoryStore)
     [stored] = [p for p in fleet.rt.artifacts.root.rglob("model.bin") if p.is_file()]
     stored.write_bytes(b"bit rot")  # the disk under the server went bad
     out = tmp_path / "got"
@@ -443,6 +446,32 @@ def test_a_download_that_does_not_match_its_hash_is_not_kept(
     assert not (out / "0" / "out" / "model.bin").exists()
     assert (out / "0" / "metrics.json").read_bytes() == FILES["metrics.json"]
     assert not list(out.rglob("*.part"))
+
+
+def test_artifacts_kept_in_a_bucket_download_checked_by_their_sha256(
+    s3: S3, env: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    url = f"s3://{s3.bucket}/bolt"
+    fleet = Fleet(
+        tmp_path / "fleet",
+        hosts=2,
+        terms=LeaseTerms(2.0, DAY, DAY),
+        artifacts_url=url,
+        artifacts_endpoint=s3.endpoint,
+    )
+    fleet.clock.now = time.time()
+    with fleet:
+        serve_cli(fleet, monkeypatch)
+        job = with_artifacts(fleet, FILES)
+        out = tmp_path / "got"
+        clean_exit(bolt("artifacts", job, "--out", out), 0)
+        for path, data in FILES.items():
+            assert (out / "0" / path).read_bytes() == data
+        key = f"bolt/{job}/files/0/out/model.bin"
+        s3.client.put_object(Bucket=s3.bucket, Key=key, Body=b"bit rot")  # the bucket went bad
+        again = bolt("artifacts", job, "--out", tmp_path / "again")
+        clean_exit(again, 1)
+        assert "sha256 mismatch, not kept: 0/out/model.bin" in again.stderr
 
 
 def test_artifacts_json_carries_each_artifacts_record(fleet: Fleet, served: Connections) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import uvicorn
+from s3_kit import S3
 from typer.testing import CliRunner, Result
 
 import boltforge.agent.inventory as inventory_module
@@ -158,6 +159,7 @@ def test_the_defaults_are_the_documented_ones(served: Served, tmp_path: Path) ->
     assert config.teams is not None and not config.teams.images.active
     assert config.leader_lease.lease_s == 3.0 and config.replica == ""
     assert (served.runs[0]["host"], served.runs[0]["port"]) == ("127.0.0.1", 8600)
+    assert served.runs[0]["proxy_headers"] is False  # X-Forwarded-* ignored unless trusted
     data = Path(os.environ["XDG_DATA_HOME"]) / "boltforge"
     assert config.checkpoint_root == str(data / "checkpoints")
 
@@ -202,6 +204,7 @@ def test_a_replica_advertises_its_address_and_lease(served: Served, tmp_path: Pa
         (("--straggler-action", "shout"), "--straggler-action"),
         (("--max-in-flight", "-1"), "--max-in-flight"),
         (("--port", "eighty"), "--port"),
+        (("--artifacts-url", "https://b.example/x"), "--artifacts-url 'https://b.example/x': "),
     ],
     ids=lambda v: v[0] if isinstance(v, tuple) else None,
 )
@@ -210,6 +213,30 @@ def test_a_bad_server_option_exits_2_naming_it_before_anything_starts(
 ) -> None:
     refused(server(tmp_path, *args), says)
     assert served.configs == [] and served.runs == []
+
+
+def test_forwarded_headers_are_read_from_the_proxies_named_only(
+    served: Served, tmp_path: Path
+) -> None:
+    assert server(tmp_path, "--forwarded-allow-ips", "10.0.0.7,10.0.0.8").exit_code == 0
+    [run] = served.runs
+    assert run["proxy_headers"] is True and run["forwarded_allow_ips"] == "10.0.0.7,10.0.0.8"
+
+
+def test_artifacts_in_a_bucket_reach_the_config(served: Served, tmp_path: Path) -> None:
+    args = ("--artifacts-url", "s3://ml-artifacts/bolt", "--artifacts-endpoint", "http://m:9000")
+    assert server(tmp_path, *args).exit_code == 0
+    config = served.configs[0]
+    assert (config.artifacts_url, config.artifacts_endpoint) == (args[1], args[3])
+
+
+def test_a_bucket_that_cannot_be_used_exits_2_saying_why(
+    s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: pytest.fail("served"))
+    url = f"s3://{s3.bucket}-missing/bolt"
+    result = server(tmp_path, "--artifacts-url", url, "--artifacts-endpoint", s3.endpoint)
+    refused(result, f"--artifacts-url {url}: bucket {s3.bucket}-missing at {s3.endpoint}")
 
 
 def test_durations_give_an_example_fix(served: Served, tmp_path: Path) -> None:

@@ -5,11 +5,14 @@ left, and full passes never run back to back."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 from pathlib import Path
 
 import pytest
 from control_kit import Fleet, make_spec
 
+from boltforge.control.scheduling import loop
 from boltforge.control.scheduling.actuate import Touched
 from boltforge.control.scheduling.loop import Scheduler
 from boltforge.core.cycle import holdings_of
@@ -104,3 +107,21 @@ def test_a_pass_cut_short_by_stopping_ends_the_loop_without_waiting_a_tick(
         sched.pass_once = stopped_mid_pass  # type: ignore[method-assign]
         asyncio.run(asyncio.wait_for(sched.run(), 30.0))  # a tick would be 600 s
         assert "scheduling pass failed" not in caplog.text
+
+
+def test_a_slow_full_pass_is_logged_with_where_its_time_went(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(loop, "SLOW_FULL_MS", 0.0)  # every full pass counts as slow
+    with Fleet(tmp_path, hosts=2) as fleet:
+        fleet.submit(make_spec("whole-fleet", 16))
+        fleet.submit(make_spec("next", 8))  # waits for it
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, "boltforge.loop"):
+            fleet.rt.scheduler.pass_once()
+    [said] = [r.getMessage() for r in caplog.records if "slow full pass" in r.getMessage()]
+    assert re.fullmatch(
+        r"slow full pass: \d+ ms \(read \d+, decide \d+, apply \d+\); "
+        r"1 waiting, 1 running; 0 binds, 0 evictions",
+        said,
+    ), said
