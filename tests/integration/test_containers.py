@@ -1,10 +1,11 @@
 """Containerized jobs on a real engine: a ``bolt server`` and one ``bolt agent --runtime
-podman`` on loopback, running the example training image built locally
-(``deploy/images/build.sh``). A training container is preempted and resumes from its
-checkpoint; a container past its memory limit is killed and its job says so; a container sees
-neither another job's files nor its processes, nor the network; a missing image fails the job
-at once; an agent killed while a container ran ends and removes it when it starts again.
-Skipped where podman cannot run, unless BOLT_REQUIRE_CONTAINERS=1 (CI)."""
+podman`` (then ``--runtime docker``, on a Docker engine of the tests' own) on loopback,
+running the example training image built locally (``deploy/images/build.sh``). A training
+container is preempted and resumes from its checkpoint; a container past its memory limit is
+killed and its job says so; a container sees neither another job's files nor its processes,
+nor the network; a missing image fails the job at once; an agent killed while a container ran
+ends and removes it when it starts again; outputs come back as artifacts. Skipped where an
+engine cannot run, unless BOLT_REQUIRE_CONTAINERS=1 (CI)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import json
 import os
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,8 @@ from boltforge.testing.containers import (
     TRAIN_IMAGE,
     build_train_image,
     containers_conf,
+    docker_daemon,
+    docker_problem,
     engine_problem,
 )
 from boltforge.testing.processes import wait_until
@@ -37,15 +41,20 @@ from boltforge.wire.jobs import JobDetail
 TRAIN = "python3 /opt/boltforge/train.py"
 
 
+def unusable(problem: str | None) -> None:
+    """Skip for ``problem`` (an engine that cannot run here), or fail where one is required."""
+    if problem is None:
+        return
+    if os.environ.get("BOLT_REQUIRE_CONTAINERS") == "1":
+        raise RuntimeError(f"a container engine is required here: {problem}")
+    pytest.skip(problem)
+
+
 @pytest.fixture(scope="module")
 def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """podman set up for this host (in the environment) and the training image built."""
     env = containers_conf(tmp_path_factory.mktemp("podman"))
-    problem = engine_problem(env)
-    if problem is not None:
-        if os.environ.get("BOLT_REQUIRE_CONTAINERS") == "1":
-            raise RuntimeError(f"a container engine is required here: {problem}")
-        pytest.skip(problem)
+    unusable(engine_problem(env))
     build_train_image(env)
     with pytest.MonkeyPatch.context() as mp:
         for key, value in env.items():
@@ -54,11 +63,32 @@ def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def server(podman: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
-    """A server that preempts at once, with one 8-GPU host whose agent runs podman."""
-    home = tmp_path_factory.mktemp("forge")
+def docker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A Docker engine of this module's own (its client pointed at it in the environment)
+    and the training image built on it."""
+    unusable(docker_problem())
+    with docker_daemon(tmp_path_factory.mktemp("docker")) as env:
+        build_train_image(env, "docker")
+        with pytest.MonkeyPatch.context() as mp:
+            for key, value in env.items():
+                mp.setenv(key, value)
+            yield
+
+
+@pytest.fixture(scope="module", params=["podman", "docker"])
+def engine(request: pytest.FixtureRequest) -> str:
+    """The engine the module's agents run containers on, ready (podman, then docker)."""
+    kind: str = request.param
+    request.getfixturevalue(kind)
+    return kind
+
+
+@pytest.fixture(scope="module")
+def server(engine: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
+    """A server that preempts at once, with one 8-GPU host whose agent runs ``engine``."""
+    home = tmp_path_factory.mktemp(f"forge-{engine}")
     with control_plane(home, "--min-runtime", "0", "--churn", "1") as p:
-        p.add_agents(1, args=("--runtime", "podman"))
+        p.add_agents(1, args=("--runtime", engine))
         yield p
 
 
@@ -214,9 +244,9 @@ while True:
 """
 
 
-def containers_named(name: str) -> list[str]:
+def containers_named(engine: str, name: str) -> list[str]:
     run = subprocess.run(
-        ["podman", "ps", "--all", "--filter", f"name=^{name}$", "--format", "{{.Names}}"],
+        [engine, "ps", "--all", "--filter", f"name=^{name}$", "--format", "{{.Names}}"],
         capture_output=True,
         text=True,
         check=True,
@@ -225,7 +255,7 @@ def containers_named(name: str) -> list[str]:
 
 
 def test_an_agent_killed_while_a_container_ran_ends_and_removes_it_when_it_starts_again(
-    podman: None, tmp_path: Path
+    engine: str, tmp_path: Path
 ) -> None:
     work, ckpt = tmp_path / "agent", tmp_path / "ckpt"
     one = ReplicaSpec(
@@ -238,20 +268,21 @@ def test_an_agent_killed_while_a_container_ran_ends_and_removes_it_when_it_start
         checkpoint_dir=str(ckpt),
         grace_s=20,
     )
-    engine = Engine.find("podman")
+    client = Engine.find(engine)
 
     async def start() -> None:  # the agent's run, which then dies without a word
-        first = AgentRuntime(work, Outbox(), on_exit=lambda: None, engine=engine)
+        first = AgentRuntime(work, Outbox(), on_exit=lambda: None, engine=client)
         await first.start(one)
+        first.record.renewed(time.time() + 60)  # its lease had a minute left
         first.cancel_tasks()
 
     asyncio.run(start())
     wait_until(lambda: (ckpt / "ready").exists(), 60, "the container to start")
-    assert containers_named(container_name(one)) == [container_name(one)]
-    again = AgentRuntime(work, Outbox(), on_exit=lambda: None, engine=engine)
+    assert containers_named(engine, container_name(one)) == [container_name(one)]
+    again = AgentRuntime(work, Outbox(), on_exit=lambda: None, engine=client)
     assert asyncio.run(again.end_leftovers(max_grace_s=20)) == 1
     assert (ckpt / "saved").exists()  # it got the checkpoint signal through the engine
-    assert containers_named(container_name(one)) == []
+    assert containers_named(engine, container_name(one)) == []
     [event] = list(again.outbox.events)
     assert event.kind == "exited" and event.by_node
     assert not (work / "scratch").exists() or not any((work / "scratch").iterdir())
