@@ -9,7 +9,7 @@ import numpy as np
 from boltforge.core.model.gang import Role
 from boltforge.core.model.levels import Level
 from boltforge.core.model.state import FleetState, Grant
-from boltforge.core.model.topology import BoolArray, TopologyTree
+from boltforge.core.model.topology import BoolArray, IntArray, TopologyTree
 from boltforge.core.placement import crossing as costs
 from boltforge.core.placement.answers import Alternative, RolePlan
 from boltforge.core.placement.hostfit import HostFit, host_fit, select_gpus
@@ -20,6 +20,11 @@ from boltforge.core.placement.single import plan_single
 EXACT_CANDIDATES = 4
 # How many host swaps the polishing pass may price exactly per role.
 SWAP_BUDGET = 24
+# How many hosts' GPU sets are tried as rail templates when the best placement priced exactly
+# came out dearer than the search estimated it (``_rail_fits``).
+RAIL_TEMPLATES = 3
+# An exact cost this far above the estimate is a surprise (estimates carry tie-break terms).
+SURPRISE = 0.5
 
 
 def plan_role(state: FleetState, role: Role, eligible: BoolArray, cap: Level) -> RolePlan | None:
@@ -73,16 +78,20 @@ def _plan_on(
         return None
     # Exact costs never fall below the search's estimates, so stop once the next estimate
     # cannot beat the best exact cost found (branch and bound over the candidates).
-    scored: list[tuple[costs.CostBreakdown, DomainCandidate, list[Grant]]] = []
+    scored: list[Scored] = []
     for cand in found[:EXACT_CANDIDATES]:
         if scored and cand.value >= scored[0][0].total - 1e-9:
             break
-        grants = assign(state, role, cand.counts)
-        _, grants, exact = polish(
-            state, role, fit, cand.counts, grants, costs.role_cost(tree, grants)
-        )
-        scored.append((exact, cand, grants))
-        scored.sort(key=lambda item: (round(item[0].total, 9), item[1].value))
+        scored.append(_priced(state, role, fit, cand))
+        scored.sort(key=_by_cost)
+    exact, first, _ = scored[0]
+    if exact.total > first.value + SURPRISE:  # off its rail, or across islands: look again
+        for on_rails in _rail_fits(state, role, fit):
+            search = run(tree, on_rails, role.replicas, role.gpus, cap)
+            found_on_rails = candidates(tree, on_rails, search, role.gpus, cap)
+            scored += [_priced(state, role, fit, c) for c in found_on_rails[:1]]
+        scored += [_priced(state, role, fit, c) for c in _rail_candidates(state, role, fit, cap)]
+        scored.sort(key=_by_cost)
     breakdown, win, grants = scored[0]
     priced = [c for _, c, _ in scored]
     alternatives = [_alternative(tree, c, b) for b, c, _ in scored[1:]]
@@ -92,6 +101,86 @@ def _plan_on(
     return RolePlan(
         role.name, level, domain, tuple(grants), breakdown, tuple(alternatives[:3]), gpu_type
     )
+
+
+Scored = tuple[costs.CostBreakdown, DomainCandidate, list[Grant]]
+
+
+def _by_cost(item: Scored) -> tuple[float, float]:
+    return round(item[0].total, 9), item[1].value
+
+
+def _priced(state: FleetState, role: Role, fit: HostFit, cand: DomainCandidate) -> Scored:
+    """``cand`` made into grants, polished, with its exact cost."""
+    grants = assign(state, role, cand.counts)
+    start = costs.role_cost(state.tree, grants)
+    _, grants, exact = polish(state, role, fit, cand.counts, grants, start)
+    return exact, cand, grants
+
+
+def _rail_candidates(
+    state: FleetState, role: Role, fit: HostFit, cap: Level
+) -> Iterator[DomainCandidate]:
+    """Placements that keep every replica on its lead's rail, built around each of the
+    ``RAIL_TEMPLATES`` roomiest hosts. The lead takes as many replicas as it can; the GPU
+    sets it would give them are the template; the rest go, roomiest first, to hosts where
+    those very sets are free: in the lead's rack, then its pod, then the fleet, as far as
+    ``cap`` allows, none taking more than the lead. Leads whose template was seen already, or
+    that cannot be completed, give none. Candidates are valued at 0: they are to be priced
+    exactly."""
+    tree = state.tree
+    offering = np.flatnonzero(fit.slots > 0).tolist()
+    for lead, sets, room in _templates(state, role, fit):
+        take = len(sets)
+        counts, level = {lead: take}, Level.HOST
+        for ring in (Level.RACK, Level.POD, Level.SPINE):
+            if sum(counts.values()) == role.replicas or ring > cap:
+                break
+            level = ring
+            near = [h for h in offering if h not in counts and _within(tree, h, lead, ring)]
+            for h in sorted(near, key=lambda h: (-int(room[h]), int(fit.free[h]), h)):
+                more = min(int(room[h]), take, role.replicas - sum(counts.values()))
+                if more > 0:
+                    counts[h] = more
+        if sum(counts.values()) == role.replicas and len(counts) > 1:
+            yield DomainCandidate(level, tree.domain_of(lead, level), 0.0, counts)
+
+
+def _templates(
+    state: FleetState, role: Role, fit: HostFit
+) -> Iterator[tuple[int, list[tuple[int, ...]], IntArray]]:
+    """For each of the ``RAIL_TEMPLATES`` roomiest hosts (a distinct template each): the
+    host, the GPU sets it would give as many replicas as it can take, and how many of those
+    very sets every host has free (at most its slots)."""
+    tree = state.tree
+    offering = np.flatnonzero(fit.slots > 0).tolist()
+    leads = sorted(offering, key=lambda h: (-int(fit.slots[h]), h))[:RAIL_TEMPLATES]
+    seen: set[frozenset[tuple[int, ...]]] = set()
+    for lead in leads:
+        take = min(int(fit.slots[lead]), role.replicas)
+        sets = select_gpus(state.free[lead].copy(), tree.gpu_island[lead], take, role)
+        if frozenset(sets) in seen:
+            continue
+        seen.add(frozenset(sets))
+        on_rail = sum(state.free[:, list(s)].all(axis=1).astype(np.int64) for s in sets)
+        yield lead, sets, np.minimum(fit.slots, on_rail)
+
+
+def _rail_fits(state: FleetState, role: Role, fit: HostFit) -> Iterator[HostFit]:
+    """``fit`` cut down, for each template of ``_templates``, to the replicas every host can
+    take on the template's very GPU sets, for the search to run again."""
+    for _, _, room in _templates(state, role, fit):
+        if int(room.sum()) < role.replicas:
+            continue
+        intra = fit.intra.copy()
+        for k in range(1, intra.shape[1]):
+            intra[room < k, k] = np.inf
+        yield HostFit(room, intra, fit.free, fit.rack_free, fit.pod_free)
+
+
+def _within(tree: TopologyTree, host: int, lead: int, level: Level) -> bool:
+    """Whether ``host`` shares ``lead``'s domain at ``level``."""
+    return tree.domain_of(host, level) == tree.domain_of(lead, level)
 
 
 def polish(
@@ -209,12 +298,15 @@ def assign(state: FleetState, role: Role, counts: dict[int, int]) -> list[Grant]
     sets[lead] = select_gpus(row, tree.gpu_island[lead], counts[lead], role)
     lead_pool = tree.host_pool[lead]
     for host in counts:
-        if host != lead:
-            row = state.free[host].copy()
-            same = bool(tree.host_pool[host] == lead_pool)
-            sets[host] = select_gpus(
-                row, tree.gpu_island[host], counts[host], role, sets[lead], same
-            )
+        if host == lead:
+            continue
+        same = bool(tree.host_pool[host] == lead_pool)
+        want = sets[lead][: counts[host]]
+        if same and len(want) == counts[host] and state.free[host, _flat(want)].all():
+            sets[host] = want  # what select_gpus gives when the lead's first sets are free
+            continue
+        row = state.free[host].copy()
+        sets[host] = select_gpus(row, tree.gpu_island[host], counts[host], role, sets[lead], same)
     grants: list[Grant] = []
     for host in sorted(counts):
         for gpus in sets[host]:
@@ -224,3 +316,7 @@ def assign(state: FleetState, role: Role, counts: dict[int, int]) -> list[Grant]
                 )
             )
     return grants
+
+
+def _flat(sets: list[tuple[int, ...]]) -> list[int]:
+    return [g for gpus in sets for g in gpus]

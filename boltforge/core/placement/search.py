@@ -209,17 +209,19 @@ def fold(children: FloatArray, hop: float) -> tuple[FloatArray, IntArray]:
     split = np.zeros((n, j_count, width), dtype=np.int64)
     split[:, 0, :] = r
     acc = g[:, 0, :]
+    caps = np.any(finite, axis=0)  # (J, R+1): whether any parent's child j can take r
+    diff = r[:, None] - r[None, :]  # [r, s] = r - s
+    taken = np.maximum(diff, 0)
+    invalid = np.where(diff >= 0, 0.0, _INF)
     for j in range(1, j_count):
         # Child j can take at most `cap` replicas anywhere, so only splits s <= cap matter.
-        cap = int(np.flatnonzero(finite[:, j, :].any(axis=0)).max())
+        cap = int(np.flatnonzero(caps[j]).max())
         if cap == 0:
             continue  # this child can take nothing: every split gives it 0
-        s = np.arange(cap + 1)
-        diff = r[:, None] - s[None, :]  # [r, s] = r - s
-        invalid = np.where(diff >= 0, 0.0, _INF)
-        cand = acc[:, np.maximum(diff, 0)] + (g[:, j, None, : cap + 1] + invalid)
-        split[:, j, :] = cand.argmin(axis=2)
-        acc = cand.min(axis=2)
+        cand = acc[:, taken[:, : cap + 1]] + (g[:, j, None, : cap + 1] + invalid[:, : cap + 1])
+        best = cand.argmin(axis=2)
+        split[:, j, :] = best
+        acc = np.take_along_axis(cand, best[:, :, None], axis=2)[:, :, 0]
     total = acc - hop
     total[:, 0] = 0.0
     return total, split
