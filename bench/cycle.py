@@ -4,7 +4,9 @@ Job sizes and runtimes are drawn from the ITP trace (``../shared/data/traces/itp
 when present, else a fixed heavy-tailed mix with the same shape). 1,500 running jobs are placed
 by the engine itself on the empty fleet (so the fleet is busy the way a scheduler leaves it),
 then 5,000 jobs wait. A full pass (``run_cycle``) and an incremental pass for one arrival
-(``schedule_arrival``) are each timed ``--repeat`` times on the same snapshot. ``--json`` prints
+(``schedule_arrival``) are each timed ``--repeat`` times on the same snapshot, with the garbage
+collector set as ``bolt server`` and ``bolt simulate`` set it (``boltforge.gctune``;
+``--default-gc`` leaves CPython's defaults). ``--json`` prints
 ``{"full_cycle_ms": {"median": ..., "p99": ...}, "incremental_ms": {"median": ..., "p99": ...}}``.
 """
 
@@ -22,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from boltforge import gctune
 from boltforge.core.cycle import Snapshot, run_cycle, schedule_arrival
 from boltforge.core.model.gang import Gang
 from boltforge.core.model.state import Allocation, FleetState
@@ -105,7 +108,10 @@ def main() -> None:
     parser.add_argument("--running", type=int, default=1500)
     parser.add_argument("--policy", default="default")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--default-gc", action="store_true", help="CPython's GC thresholds")
     args = parser.parse_args()
+    if not args.default_gc:
+        gctune.tune()
     snap = build(1, args.running, args.pending)
     policy = named(args.policy)
     used = 1 - snap.state.free_gpus / snap.state.tree.total_gpus
@@ -124,6 +130,7 @@ def main() -> None:
         "occupancy": round(used, 3),
         "binds": len(result.binds),
         "reservations": len(result.reservations),
+        "gc": "default" if args.default_gc else "gctune",
         "full_cycle_ms": stats(full),
         "incremental_ms": stats(inc),
     }

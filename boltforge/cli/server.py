@@ -12,6 +12,7 @@ from platformdirs import user_data_dir
 from rich.markup import escape
 from sqlalchemy import select
 
+from boltforge import gctune
 from boltforge.cli.common import errors, spec_errors
 from boltforge.control.auth import new_token
 from boltforge.control.jobs.artifacts import StoreError
@@ -318,6 +319,7 @@ def server_command(
         advertise_url=advertise_url,
         leader_lease=LeaseTimes(leader_lease, leader_lease / 6, leader_lease * 2 / 3),
     )
+    gctune.tune()
     try:
         app = create_app(config)
     except StoreError as e:

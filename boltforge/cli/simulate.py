@@ -19,6 +19,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from boltforge import gctune
 from boltforge.cli.common import EXIT_BAD_INPUT, console, errors, print_json, spec_errors
 from boltforge.core.policy import POLICIES, named
 from boltforge.sim.costs import COST_COLUMNS, cost_rows
@@ -76,8 +77,11 @@ class SimulationRun:
 
 
 def _replay(job: SimulationRun, progress: Any) -> SimResult:
-    """Worker: load the fleet, replay, report progress into the shared dict."""
+    """Worker: load the fleet, replay, report progress into the shared dict. The collector
+    runs as ``gctune`` says, with the fleet and the trace set aside as permanent."""
+    gctune.tune()
     tree = load_fleet(job.fleet)
+    gctune.settle()
     name = job.label
 
     def tick(done: int, total: int) -> None:

@@ -423,11 +423,7 @@ def _blocked_hosts(p: _Pass, job: Job) -> frozenset[int]:
 
 
 def _shape(gang: Gang, blocked: frozenset[int]) -> tuple[object, ...]:
-    roles = tuple(
-        (r.replicas, r.gpus, r.tensor_parallel, r.capability, r.cpus, r.memory_gb, r.storage_gb)
-        for r in gang.roles
-    )
-    return (roles, gang.topology, gang.priority, blocked)  # class: what it may preempt
+    return (gang.shape, gang.priority, blocked)  # class: what it may preempt
 
 
 def _place(

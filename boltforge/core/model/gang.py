@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import ClassVar
 
 from boltforge.core.model.levels import Level
 from boltforge.core.model.topology import Pool, Tier
@@ -93,9 +94,46 @@ class TopologyRule:
     preferred: Level | None = None
 
 
+class Shape:
+    """What placement depends on in a gang (``key``: each role's sizes and needs, and the
+    topology rule). Shapes key the caches a pass consults for every job, so each is hashed
+    once and made once per process (``of``): equal keys give the very same object, and a
+    comparison is an identity check. Pickles as its key, made again where it lands."""
+
+    __slots__ = ("_hash", "key")
+    _made: ClassVar[dict[tuple[object, ...], Shape]] = {}
+
+    def __init__(self, key: tuple[object, ...]) -> None:
+        self.key = key
+        self._hash = hash(key)
+
+    @classmethod
+    def of(cls, key: tuple[object, ...]) -> Shape:
+        """The shape of ``key``: the one made before for an equal key, if any."""
+        made = cls._made.get(key)
+        if made is None:
+            made = cls._made[key] = cls(key)
+        return made
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        return isinstance(other, Shape) and self._hash == other._hash and self.key == other.key
+
+    def __reduce__(self) -> tuple[object, tuple[tuple[object, ...]]]:
+        return Shape.of, (self.key,)
+
+    def __repr__(self) -> str:
+        return f"Shape({self.key!r})"
+
+
 @dataclass(frozen=True, slots=True)
 class Gang:
-    """All roles of one job, placed together or not at all."""
+    """All roles of one job, placed together or not at all. ``shape`` is what placement
+    depends on (see ``Shape``)."""
 
     name: str
     roles: tuple[Role, ...]
@@ -105,12 +143,18 @@ class Gang:
     total_gpus: int = field(init=False, repr=False, compare=False)
     total_cpus: float = field(init=False, repr=False, compare=False)
     total_memory_gb: float = field(init=False, repr=False, compare=False)
+    shape: Shape = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         roles = self.roles
         object.__setattr__(self, "total_gpus", sum(r.total_gpus for r in roles))
         object.__setattr__(self, "total_cpus", sum(r.replicas * r.cpus for r in roles))
         object.__setattr__(self, "total_memory_gb", sum(r.replicas * r.memory_gb for r in roles))
+        needs = tuple(
+            (r.replicas, r.gpus, r.tensor_parallel, r.capability, r.cpus, r.memory_gb, r.storage_gb)
+            for r in roles
+        )
+        object.__setattr__(self, "shape", Shape.of((needs, self.topology)))
 
     def resized(self, replicas: int) -> Gang:
         """This gang with ``replicas`` replicas of its first role (an elastic job's size)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -25,16 +26,20 @@ class Grant:
 
 @dataclass(frozen=True, slots=True)
 class Allocation:
-    """Everything a running job holds, and when it is expected to end (None: unknown)."""
+    """Everything a running job holds, and when it is expected to end (None: unknown).
+    ``gpus`` counts its GPUs; ``spread`` is (host, GPUs there) for each grant with GPUs."""
 
     job: str
     grants: tuple[Grant, ...]
     expected_end: float | None = None
     priority: int = 3
     gpus: int = field(init=False, compare=False)
+    spread: tuple[tuple[int, int], ...] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", sum(len(g.gpus) for g in self.grants))
+        spread = tuple((g.host, len(g.gpus)) for g in self.grants if g.gpus)
+        object.__setattr__(self, "spread", spread)
 
 
 _LACKS = "lacks the CPUs, memory or storage asked for"
@@ -58,6 +63,10 @@ class FleetState:
     integer (``TopologyTree.fit_spans``), so the tightest host is an ``argmin`` away: best fit
     orders hosts by exactly these three counts.
 
+    ``changes`` counts the allocations and releases made; ``memo`` holds what callers derived
+    from the allocation table, each entry stamped with ``changes`` when it was made (stale once
+    the count moves on). A copy starts with the same count and its own copy of the memo.
+
     ``cordoned[h]``: host ``h`` takes no new work. ``degraded[h]``: it is healthy enough for
     work that runs alone on it but too slow or flaky for replicas that talk to peers, so it
     takes no replica of a multi-replica or tensor-parallel role (``hostfit.talks``).
@@ -65,6 +74,7 @@ class FleetState:
 
     __slots__ = (
         "allocations",
+        "changes",
         "cordoned",
         "degraded",
         "fit_key",
@@ -75,6 +85,7 @@ class FleetState:
         "host_free",
         "island_free",
         "island_max",
+        "memo",
         "pod_free",
         "rack_free",
         "tree",
@@ -99,6 +110,8 @@ class FleetState:
             tree.host_pod, weights=tree.host_gpus, minlength=len(tree.pod_names)
         ).astype(np.int64)
         self.fit_key: IntArray = self._fit_keys()
+        self.changes = 0
+        self.memo: dict[str, tuple[int, Any]] = {}
 
     def _fit_keys(self) -> IntArray:
         """``fit_key`` computed afresh from the per-host, rack and pod counts."""
@@ -127,6 +140,8 @@ class FleetState:
         other.rack_free = self.rack_free.copy()
         other.pod_free = self.pod_free.copy()
         other.fit_key = self.fit_key.copy()
+        other.changes = self.changes
+        other.memo = dict(self.memo)
         return other
 
     def free_gpus_per_host(self) -> IntArray:
@@ -149,10 +164,12 @@ class FleetState:
         for g in allocation.grants:
             self._take(g, -1)
         self.allocations[allocation.job] = allocation
+        self.changes += 1
 
     def release(self, job: str) -> Allocation:
         """Return everything ``job`` holds to the free pool; raise KeyError if it holds nothing."""
         allocation = self.allocations.pop(job)
+        self.changes += 1
         for g in allocation.grants:
             self._take(g, +1)
         return allocation
@@ -160,6 +177,7 @@ class FleetState:
     def release_many(self, jobs: list[str]) -> None:
         """Release several jobs at once (vectorized); raise KeyError if one holds nothing."""
         allocations = [self.allocations.pop(job) for job in jobs]
+        self.changes += 1
         grants = [g for a in allocations for g in a.grants]
         hosts = np.array([g.host for g in grants for _ in g.gpus], dtype=np.int64)
         gpus = np.array([gpu for g in grants for gpu in g.gpus], dtype=np.int64)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from itertools import chain
+from typing import Any
+
 import numpy as np
 
-from boltforge.core.model.gang import Gang, Role
+from boltforge.core.model.gang import Gang, Role, Shape
 from boltforge.core.model.state import Allocation, FleetState
 from boltforge.core.model.topology import TopologyTree
 from boltforge.core.placement.explain import diagnose
@@ -48,13 +51,9 @@ def fits_empty(tree: TopologyTree, gang: Gang) -> bool:
     return bool(known)
 
 
-def shape_of(gang: Gang) -> tuple[object, ...]:
+def shape_of(gang: Gang) -> Shape:
     """What placement depends on in a gang: its roles' sizes and needs and its topology rule."""
-    roles = tuple(
-        (r.replicas, r.gpus, r.tensor_parallel, r.capability, r.cpus, r.memory_gb, r.storage_gb)
-        for r in gang.roles
-    )
-    return (roles, gang.topology)
+    return gang.shape
 
 
 def when_and_where(state: FleetState, gang: Gang, now: float, explain: bool = True) -> Decision:
@@ -119,10 +118,7 @@ def _replica_bound(state: FleetState, gang: Gang, ending: list[Allocation]) -> i
     never). Each replica sits on one host, so a host with ``f`` free GPUs holds at most
     ``f // gpus`` of them; islands, CPUs and memory can only lower that, so before this
     ``k`` the gang cannot fit and the search may skip it."""
-    released = [(k, g.host, len(g.gpus)) for k, a in enumerate(ending) for g in a.grants if g.gpus]
-    if not released:
-        return 0
-    ks, hosts, counts = (np.array(c, dtype=np.int64) for c in zip(*released, strict=True))
+    released: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # read when needed
     bound = 0
     for role in gang.roles:
         if not role.gpus:
@@ -130,9 +126,34 @@ def _replica_bound(state: FleetState, gang: Gang, ending: list[Allocation]) -> i
         open_hosts = eligible_hosts(state, role) & ~state.cordoned
         have = int((state.host_free[open_hosts] // role.gpus).sum())
         if have < role.replicas:
-            k = _slots_reached(state.host_free, open_hosts, (ks, hosts, counts), role)
+            released = released or _released_of(state, ending)
+            if not released[0].size:
+                return 0  # nothing with GPUs ends: the search itself finds it never fits
+            k = _slots_reached(state.host_free, open_hosts, released, role)
             bound = max(bound, len(ending) if k is None else k)
     return bound
+
+
+def _released_of(
+    state: FleetState, ending: list[Allocation]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``_released(ending)``, remembered with ``by_end`` when ``ending`` is its list."""
+    made = _ending(state)
+    if made[0] is not ending:
+        return _released(ending)
+    if made[1] is None:
+        made[1] = _released(ending)
+    released: tuple[np.ndarray, np.ndarray, np.ndarray] = made[1]
+    return released
+
+
+def _released(ending: list[Allocation]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For every grant with GPUs in ``ending``: its position in ``ending``, host and GPUs."""
+    sizes = np.fromiter(map(len, (a.spread for a in ending)), np.int64, len(ending))
+    pairs = chain.from_iterable(chain.from_iterable(a.spread for a in ending))
+    hosts_counts = np.fromiter(pairs, np.int64).reshape(-1, 2)
+    ks = np.repeat(np.arange(len(ending), dtype=np.int64), sizes)
+    return ks, hosts_counts[:, 0], hosts_counts[:, 1]
 
 
 def _slots_reached(
@@ -182,7 +203,20 @@ def _bisect(
 
 
 def by_end(state: FleetState) -> list[Allocation]:
-    """Running allocations with a known end, soonest first (ties in allocation order)."""
+    """Running allocations with a known end, soonest first (ties in allocation order).
+    Remembered in ``state.memo`` until the allocations change; callers must not change it."""
+    ending: list[Allocation] = _ending(state)[0]
+    return ending
+
+
+def _ending(state: FleetState) -> list[Any]:
+    """``[by_end, its _released or None]``, made once per state of the allocations."""
+    memo = state.memo.get("ending")
+    if memo is not None and memo[0] == state.changes:
+        found: list[Any] = memo[1]
+        return found
     known = [a for a in state.allocations.values() if a.expected_end is not None]
     ends = np.fromiter((a.expected_end for a in known), dtype=np.float64, count=len(known))
-    return [known[i] for i in np.argsort(ends, kind="stable")]
+    made = [[known[i] for i in np.argsort(ends, kind="stable")], None]
+    state.memo["ending"] = (state.changes, made)
+    return made

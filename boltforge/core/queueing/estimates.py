@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from boltforge.core.decisions import Waiting, WaitReason
@@ -29,15 +27,16 @@ def fill_estimates(
     times = np.array([a.expected_end for a in ending], dtype=np.float64)
     freed = np.cumsum([a.gpus for a in ending], dtype=np.int64)
     free_now = int(state.free[~state.cordoned].sum())
-    ahead = 0
+    line = sorted(waiting, key=lambda w: w.position)
+    gpus = np.fromiter(
+        (jobs[w.job].gpus if w.job in jobs else 0 for w in line), np.int64, len(line)
+    )
+    ahead = np.cumsum(gpus) - gpus  # GPUs of the jobs before each, in queue order
+    at = np.searchsorted(freed, np.maximum(ahead + gpus - free_now, 1)).tolist()
     out = []
-    for w in sorted(waiting, key=lambda w: w.position):
-        gpus = jobs[w.job].gpus if w.job in jobs else 0
-        if w.estimated_start is None and w.reason != WaitReason.NEVER and times.size:
-            need = max(ahead + gpus - free_now, 1)
-            i = int(np.searchsorted(freed, need))
-            if i < times.size:
-                w = replace(w, estimated_start=float(times[i]), estimate_basis=CAPACITY_BASIS)
-        ahead += gpus
+    for w, i in zip(line, at, strict=True):
+        if w.estimated_start is None and w.reason != WaitReason.NEVER and i < times.size:
+            start = float(times[i])
+            w = Waiting(w.job, w.position, w.reason, w.detail, start, CAPACITY_BASIS)
         out.append(w)
     return out

@@ -22,6 +22,7 @@ from typer.testing import CliRunner, Result
 import boltforge.agent.inventory as inventory_module
 import boltforge.agent.serve as agent_serve
 import boltforge.control.app as control_app
+import boltforge.gctune as gctune
 import boltforge.kube.scheduler as kube_scheduler
 import boltforge.slurm.bridge as slurm_bridge
 from boltforge.cli.main import app
@@ -91,6 +92,7 @@ class Served:
 
     configs: list[ServerConfig] = field(default_factory=list)
     runs: list[dict[str, Any]] = field(default_factory=list)
+    collector_tuned: int = 0
 
 
 @pytest.fixture
@@ -105,8 +107,12 @@ def served(monkeypatch: pytest.MonkeyPatch) -> Served:
         assert app_ == "the app"
         seen.runs.append(kw)
 
+    def tune() -> None:
+        seen.collector_tuned += 1
+
     monkeypatch.setattr(control_app, "create_app", create_app)
     monkeypatch.setattr(uvicorn, "run", run)
+    monkeypatch.setattr(gctune, "tune", tune)
     return seen
 
 
@@ -160,6 +166,7 @@ def test_the_defaults_are_the_documented_ones(served: Served, tmp_path: Path) ->
     assert config.leader_lease.lease_s == 3.0 and config.replica == ""
     assert (served.runs[0]["host"], served.runs[0]["port"]) == ("127.0.0.1", 8600)
     assert served.runs[0]["proxy_headers"] is False  # X-Forwarded-* ignored unless trusted
+    assert served.collector_tuned == 1  # boltforge.gctune's thresholds, for long passes
     data = Path(os.environ["XDG_DATA_HOME"]) / "boltforge"
     assert config.checkpoint_root == str(data / "checkpoints")
 
@@ -234,6 +241,7 @@ def test_a_bucket_that_cannot_be_used_exits_2_saying_why(
     s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(uvicorn, "run", lambda *a, **k: pytest.fail("served"))
+    monkeypatch.setattr(gctune, "tune", lambda: None)  # the test process keeps its collector
     url = f"s3://{s3.bucket}-missing/bolt"
     result = server(tmp_path, "--artifacts-url", url, "--artifacts-endpoint", s3.endpoint)
     refused(result, f"--artifacts-url {url}: bucket {s3.bucket}-missing at {s3.endpoint}")

@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 import boltforge.cli.simulate as simulate_module
+import boltforge.gctune as gctune
 from boltforge.cli.main import app
 from boltforge.cli.simulate import (
     JSON_KEYS,
@@ -61,9 +62,15 @@ def in_process(runs: list[SimulationRun], workers: int) -> dict[str, SimResult]:
 
 
 @pytest.fixture
-def here(monkeypatch: pytest.MonkeyPatch) -> None:
+def here(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Replays in this process; the worker's collector settings are recorded, not applied
+    (the test process keeps its own)."""
     monkeypatch.setattr(simulate_module, "_run_all", in_process)
     monkeypatch.setenv("COLUMNS", "100")
+    collector: list[str] = []
+    monkeypatch.setattr(gctune, "tune", lambda: collector.append("tune"))
+    monkeypatch.setattr(gctune, "settle", lambda: collector.append("settle"))
+    return collector
 
 
 @pytest.fixture
@@ -273,6 +280,13 @@ def test_several_fleets_and_policies_are_labelled_fleet_colon_policy(
     assert {(r["fleet"], r["policy"]) for r in runs.values()} == {
         (str(p), n) for p in (a, b) for n in ("default", "fifo")
     }
+
+
+def test_each_replay_tunes_the_collector_then_sets_its_fleet_and_trace_aside(
+    here: list[str], trace: Path
+) -> None:
+    as_json(bolt("--fleet", LAB, "--trace", trace, "--policy", "default,fifo", "--json"))
+    assert here == ["tune", "settle"] * 2
 
 
 def test_fleets_that_share_a_name_are_told_apart_by_file(

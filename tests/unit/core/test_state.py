@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from boltforge.core.model.state import Allocation, FleetState, Grant
 from boltforge.core.model.topology import HostLayout, TopologyTree
+from boltforge.core.placement.modes import by_end
 from boltforge.testing.builders import make_fleet, make_pool, occupy
 
 FLEET = make_fleet(
@@ -79,3 +80,42 @@ def test_counters_stay_exact_when_a_rack_s_hosts_are_not_numbered_together() -> 
     assert_consistent(state)
     state.release("a")
     assert_consistent(state)
+
+
+# --- what callers derive from the allocations, remembered until they change ---------------------
+
+
+def _ends(state: FleetState) -> list[str]:
+    return [a.job for a in by_end(state)]
+
+
+def test_jobs_by_end_follow_every_allocation_and_release() -> None:
+    state = FleetState(make_fleet(racks=1, hosts=2))
+    state.allocate(Allocation("late", (Grant("w", 0, 0, (0, 1)),), 300.0))
+    assert _ends(state) == ["late"]
+    state.allocate(Allocation("soon", (Grant("w", 0, 1, (0,)),), 100.0))
+    assert _ends(state) == ["soon", "late"]
+    state.release("soon")
+    assert _ends(state) == ["late"]
+    state.allocate(Allocation("a", (Grant("w", 0, 1, (1,)),), 50.0))
+    state.allocate(Allocation("b", (Grant("w", 0, 1, (2,)),), 60.0))
+    state.release_many(["a", "late"])
+    assert _ends(state) == ["b"]
+
+
+def test_a_copy_and_its_original_remember_their_own_allocations() -> None:
+    state = FleetState(make_fleet(racks=1, hosts=2))
+    state.allocate(Allocation("x", (Grant("w", 0, 0, (0,)),), 100.0))
+    assert _ends(state) == ["x"]  # remembered, then copied with the state
+    other = state.copy()
+    other.release("x")  # one change each since the copy: the counts are equal again
+    state.allocate(Allocation("z", (Grant("w", 0, 1, (1,)),), 70.0))
+    assert state.changes == other.changes
+    assert _ends(other) == []
+    assert _ends(state) == ["z", "x"]
+    assert _ends(other) == []
+
+
+def test_an_allocation_spreads_its_gpus_by_grant() -> None:
+    held = Allocation("j", (Grant("w", 0, 3, (0, 1)), Grant("w", 1, 5, ()), Grant("w", 2, 4, (7,))))
+    assert held.spread == ((3, 2), (4, 1)) and held.gpus == 3
