@@ -21,7 +21,7 @@ EXACT_CANDIDATES = 4
 # How many host swaps the polishing pass may price exactly per role.
 SWAP_BUDGET = 24
 # How many hosts' GPU sets are tried as rail templates when the best placement priced exactly
-# came out dearer than the search estimated it (``_rail_fits``).
+# came out dearer than the search estimated it (``_templates``).
 RAIL_TEMPLATES = 3
 # An exact cost this far above the estimate is a surprise (estimates carry tie-break terms).
 SURPRISE = 0.5
