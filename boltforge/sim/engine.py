@@ -30,7 +30,7 @@ from boltforge.core.model.topology import TopologyTree
 from boltforge.core.model.workload import Job, Running, Usage
 from boltforge.core.placement.answers import Placement
 from boltforge.core.placement.fragmentation import measure
-from boltforge.core.placement.modes import fits_empty, shape_of
+from boltforge.core.placement.modes import fits_empty
 from boltforge.core.placement.place import place_gang
 from boltforge.core.placement.routing import RoutingFacts
 from boltforge.core.policy import Ordering, Policy
@@ -362,7 +362,7 @@ class Simulation:
         """The empty fleet's placement of ``job`` at ``replicas`` replicas of its first role
         (what its speed is measured against), computed once per shape."""
         gang = job.gang.resized(replicas)
-        shape = shape_of(gang)
+        shape = gang.shape
         if shape not in self.ideal:
             self.ideal[shape] = place_gang(FleetState(self.tree), gang)[0]
         return self.ideal[shape]

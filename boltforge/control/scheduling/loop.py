@@ -72,7 +72,6 @@ from boltforge.core.decisions import CycleResult, Reserve, Waiting, WaitReason
 from boltforge.core.health import HealthRules
 from boltforge.core.model.state import Allocation
 from boltforge.core.model.workload import Job, Running, Usage
-from boltforge.core.placement.modes import shape_of
 from boltforge.core.policy import Policy
 
 log = logging.getLogger("boltforge.loop")
@@ -557,7 +556,7 @@ def upkeep_due(
 def _kind(job: Job) -> tuple[object, ...]:
     """What an arrival's fate depends on besides the fleet: its shape, class, queue, limits."""
     return (
-        shape_of(job.gang),
+        job.gang.shape,
         job.priority,
         job.queue,
         job.time_limit,

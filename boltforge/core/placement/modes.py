@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from itertools import chain
-from typing import Any
 
 import numpy as np
 
-from boltforge.core.model.gang import Gang, Role, Shape
+from boltforge.core.model.gang import Gang, Role
 from boltforge.core.model.state import Allocation, FleetState
 from boltforge.core.model.topology import TopologyTree
 from boltforge.core.placement.explain import diagnose
@@ -43,17 +42,12 @@ def could_ever_fit(tree: TopologyTree, gang: Gang) -> Decision:
 
 def fits_empty(tree: TopologyTree, gang: Gang) -> bool:
     """Whether a gang of this shape fits the empty fleet (remembered per fleet and shape)."""
-    key = ("fits-empty", shape_of(gang))
+    key = ("fits-empty", gang.shape)
     known = tree.answer_cache.get(key)
     if known is None:
         known = could_ever_fit(tree, gang).outcome != Outcome.NEVER
         tree.answer_cache[key] = known
     return bool(known)
-
-
-def shape_of(gang: Gang) -> Shape:
-    """What placement depends on in a gang: its roles' sizes and needs and its topology rule."""
-    return gang.shape
 
 
 def when_and_where(state: FleetState, gang: Gang, now: float, explain: bool = True) -> Decision:
@@ -71,8 +65,9 @@ def when_and_where(state: FleetState, gang: Gang, now: float, explain: bool = Tr
         return Decision(Outcome.NOW, current.placement, start_time=now)
     if not fits_empty(state.tree, gang):
         return could_ever_fit(state.tree, gang)
-    ending = by_end(state)
-    found = _earliest(state, gang, ending)
+    ends = _ending(state)
+    ending = ends.allocations
+    found = _earliest(state, gang, ends)
     if found is None:
         reasons = (*current.reasons, "it does not fit even after every job with a known end ends")
         return Decision(Outcome.NOT_NOW, reasons=reasons, fixes=current.fixes)
@@ -85,17 +80,15 @@ def when_and_where(state: FleetState, gang: Gang, now: float, explain: bool = Tr
     return Decision(Outcome.LATER, placement, current.reasons, fixes, max(end, now), waits)
 
 
-def _earliest(
-    state: FleetState, gang: Gang, ending: list[Allocation]
-) -> tuple[int, Placement] | None:
-    """Smallest ``k`` such that ``gang`` fits once ``ending[: k + 1]`` are released, with the
-    placement then; None if it never does. Before the first ``k`` at which enough GPUs are
-    free in total nothing can fit, so the search starts there, doubles its step until the gang
-    fits and bisects the last step."""
-    freed = np.cumsum([a.gpus for a in ending], dtype=np.int64)
+def _earliest(state: FleetState, gang: Gang, ends: _Ending) -> tuple[int, Placement] | None:
+    """Smallest ``k`` such that ``gang`` fits once ``ending[: k + 1]`` (``ends``) are
+    released, with the placement then; None if it never does. Before the first ``k`` at which
+    enough GPUs are free in total nothing can fit, so the search starts there, doubles its
+    step until the gang fits and bisects the last step."""
+    ending = ends.allocations
     short = gang.total_gpus - int(state.free[~state.cordoned].sum())
-    first = int(np.searchsorted(freed, short)) if short > 0 else 0
-    first = max(first, _replica_bound(state, gang, ending))
+    first = int(np.searchsorted(ends.freed(), short)) if short > 0 else 0
+    first = max(first, _replica_bound(state, gang, ends))
     if first >= len(ending):
         return None
     below = state.copy()  # ending[: done + 1] released; the gang does not fit there
@@ -112,13 +105,12 @@ def _earliest(
     return None
 
 
-def _replica_bound(state: FleetState, gang: Gang, ending: list[Allocation]) -> int:
+def _replica_bound(state: FleetState, gang: Gang, ends: _Ending) -> int:
     """Smallest ``k`` at which, counting free GPUs alone, the open hosts that may take each
-    role could hold all its replicas once ``ending[: k + 1]`` are released (``len(ending)``:
-    never). Each replica sits on one host, so a host with ``f`` free GPUs holds at most
-    ``f // gpus`` of them; islands, CPUs and memory can only lower that, so before this
-    ``k`` the gang cannot fit and the search may skip it."""
-    released: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # read when needed
+    role could hold all its replicas once ``ending[: k + 1]`` (``ends``) are released
+    (``len(ending)``: never). Each replica sits on one host, so a host with ``f`` free GPUs
+    holds at most ``f // gpus`` of them; islands, CPUs and memory can only lower that, so
+    before this ``k`` the gang cannot fit and the search may skip it."""
     bound = 0
     for role in gang.roles:
         if not role.gpus:
@@ -126,40 +118,18 @@ def _replica_bound(state: FleetState, gang: Gang, ending: list[Allocation]) -> i
         open_hosts = eligible_hosts(state, role) & ~state.cordoned
         have = int((state.host_free[open_hosts] // role.gpus).sum())
         if have < role.replicas:
-            released = released or _released_of(state, ending)
+            released = ends.released()
             if not released[0].size:
                 return 0  # nothing with GPUs ends: the search itself finds it never fits
             k = _slots_reached(state.host_free, open_hosts, released, role)
-            bound = max(bound, len(ending) if k is None else k)
+            bound = max(bound, len(ends.allocations) if k is None else k)
     return bound
-
-
-def _released_of(
-    state: FleetState, ending: list[Allocation]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``_released(ending)``, remembered with ``by_end`` when ``ending`` is its list."""
-    made = _ending(state)
-    if made[0] is not ending:
-        return _released(ending)
-    if made[1] is None:
-        made[1] = _released(ending)
-    released: tuple[np.ndarray, np.ndarray, np.ndarray] = made[1]
-    return released
-
-
-def _released(ending: list[Allocation]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For every grant with GPUs in ``ending``: its position in ``ending``, host and GPUs."""
-    sizes = np.fromiter(map(len, (a.spread for a in ending)), np.int64, len(ending))
-    pairs = chain.from_iterable(chain.from_iterable(a.spread for a in ending))
-    hosts_counts = np.fromiter(pairs, np.int64).reshape(-1, 2)
-    ks = np.repeat(np.arange(len(ending), dtype=np.int64), sizes)
-    return ks, hosts_counts[:, 0], hosts_counts[:, 1]
 
 
 def _slots_reached(
     free: np.ndarray,
     open_hosts: np.ndarray,
-    released: tuple[np.ndarray, np.ndarray, np.ndarray],
+    released: Released,
     role: Role,
 ) -> int | None:
     """The first ``k`` at which the open hosts' replica slots (``free // gpus``), as the
@@ -205,18 +175,49 @@ def _bisect(
 def by_end(state: FleetState) -> list[Allocation]:
     """Running allocations with a known end, soonest first (ties in allocation order).
     Remembered in ``state.memo`` until the allocations change; callers must not change it."""
-    ending: list[Allocation] = _ending(state)[0]
-    return ending
+    return _ending(state).allocations
 
 
-def _ending(state: FleetState) -> list[Any]:
-    """``[by_end, its _released or None]``, made once per state of the allocations."""
+Released = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+class _Ending:
+    """``by_end``'s allocations, with what ``when_and_where`` derives from them, each made
+    when first asked for: the GPUs freed as they end (cumulative), and for every grant with
+    GPUs its position in the list, host and GPUs."""
+
+    __slots__ = ("_freed", "_released", "allocations")
+
+    def __init__(self, allocations: list[Allocation]) -> None:
+        self.allocations = allocations
+        self._freed: np.ndarray | None = None
+        self._released: Released | None = None
+
+    def freed(self) -> np.ndarray:
+        if self._freed is None:
+            self._freed = np.cumsum([a.gpus for a in self.allocations], dtype=np.int64)
+        return self._freed
+
+    def released(self) -> Released:
+        if self._released is None:
+            ending = self.allocations
+            sizes = np.fromiter(map(len, (a.spread for a in ending)), np.int64, len(ending))
+            pairs = chain.from_iterable(chain.from_iterable(a.spread for a in ending))
+            hosts_counts = np.fromiter(pairs, np.int64).reshape(-1, 2)
+            ks = np.repeat(np.arange(len(ending), dtype=np.int64), sizes)
+            self._released = (ks, hosts_counts[:, 0], hosts_counts[:, 1])
+        return self._released
+
+
+def _ending(state: FleetState) -> _Ending:
+    """The running allocations by end for ``state``, made once per state of its allocations
+    (``state.memo``)."""
     memo = state.memo.get("ending")
     if memo is not None and memo[0] == state.changes:
-        found: list[Any] = memo[1]
+        found: _Ending = memo[1]
         return found
     known = [a for a in state.allocations.values() if a.expected_end is not None]
     ends = np.fromiter((a.expected_end for a in known), dtype=np.float64, count=len(known))
-    made = [[known[i] for i in np.argsort(ends, kind="stable")], None]
+    made = _Ending([known[i] for i in np.argsort(ends, kind="stable")])
     state.memo["ending"] = (state.changes, made)
     return made

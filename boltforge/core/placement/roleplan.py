@@ -86,11 +86,13 @@ def _plan_on(
         scored.sort(key=_by_cost)
     exact, first, _ = scored[0]
     if exact.total > first.value + SURPRISE:  # off its rail, or across islands: look again
-        for on_rails in _rail_fits(state, role, fit):
+        templates = list(_templates(state, role, fit))
+        for on_rails in _rail_fits(role, fit, templates):
             search = run(tree, on_rails, role.replicas, role.gpus, cap)
             found_on_rails = candidates(tree, on_rails, search, role.gpus, cap)
             scored += [_priced(state, role, fit, c) for c in found_on_rails[:1]]
-        scored += [_priced(state, role, fit, c) for c in _rail_candidates(state, role, fit, cap)]
+        built = _rail_candidates(tree, role, fit, cap, templates)
+        scored += [_priced(state, role, fit, c) for c in built]
         scored.sort(key=_by_cost)
     breakdown, win, grants = scored[0]
     priced = [c for _, c, _ in scored]
@@ -104,6 +106,7 @@ def _plan_on(
 
 
 Scored = tuple[costs.CostBreakdown, DomainCandidate, list[Grant]]
+Template = tuple[int, list[tuple[int, ...]], IntArray]  # lead host, its GPU sets, room
 
 
 def _by_cost(item: Scored) -> tuple[float, float]:
@@ -119,7 +122,7 @@ def _priced(state: FleetState, role: Role, fit: HostFit, cand: DomainCandidate) 
 
 
 def _rail_candidates(
-    state: FleetState, role: Role, fit: HostFit, cap: Level
+    tree: TopologyTree, role: Role, fit: HostFit, cap: Level, templates: list[Template]
 ) -> Iterator[DomainCandidate]:
     """Placements that keep every replica on its lead's rail, built around each of the
     ``RAIL_TEMPLATES`` roomiest hosts. The lead takes as many replicas as it can; the GPU
@@ -128,9 +131,8 @@ def _rail_candidates(
     ``cap`` allows, none taking more than the lead. Leads whose template was seen already, or
     that cannot be completed, give none. Candidates are valued at 0: they are to be priced
     exactly."""
-    tree = state.tree
     offering = np.flatnonzero(fit.slots > 0).tolist()
-    for lead, sets, room in _templates(state, role, fit):
+    for lead, sets, room in templates:
         take = len(sets)
         counts, level = {lead: take}, Level.HOST
         for ring in (Level.RACK, Level.POD, Level.SPINE):
@@ -146,9 +148,7 @@ def _rail_candidates(
             yield DomainCandidate(level, tree.domain_of(lead, level), 0.0, counts)
 
 
-def _templates(
-    state: FleetState, role: Role, fit: HostFit
-) -> Iterator[tuple[int, list[tuple[int, ...]], IntArray]]:
+def _templates(state: FleetState, role: Role, fit: HostFit) -> Iterator[Template]:
     """For each of the ``RAIL_TEMPLATES`` roomiest hosts (a distinct template each): the
     host, the GPU sets it would give as many replicas as it can take, and how many of those
     very sets every host has free (at most its slots)."""
@@ -166,10 +166,10 @@ def _templates(
         yield lead, sets, np.minimum(fit.slots, on_rail)
 
 
-def _rail_fits(state: FleetState, role: Role, fit: HostFit) -> Iterator[HostFit]:
-    """``fit`` cut down, for each template of ``_templates``, to the replicas every host can
-    take on the template's very GPU sets, for the search to run again."""
-    for _, _, room in _templates(state, role, fit):
+def _rail_fits(role: Role, fit: HostFit, templates: list[Template]) -> Iterator[HostFit]:
+    """``fit`` cut down, for each of ``templates`` (``_templates``), to the replicas every
+    host can take on the template's very GPU sets, for the search to run again."""
+    for _, _, room in templates:
         if int(room.sum()) < role.replicas:
             continue
         intra = fit.intra.copy()
