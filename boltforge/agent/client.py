@@ -29,6 +29,8 @@ from boltforge.wire.agent import (
     Lease,
     Registration,
     ReportReply,
+    Reports,
+    ReportsReply,
 )
 
 M = TypeVar("M", bound=BaseModel)
@@ -132,6 +134,11 @@ class ServerClient:
 
     async def report(self, node: str, body: AgentReport) -> ReportReply:
         return await self._call("POST", _node(node, "report"), ReportReply, body)
+
+    async def reports(self, reports: dict[str, AgentReport]) -> ReportsReply:
+        """Many nodes' reports in one call (a bridge speaking for a whole cluster)."""
+        body = Reports(reports=reports)
+        return await self._call("POST", "/v1/agents/reports", ReportsReply, body)
 
     async def upload_artifact(
         self, node: str, replica: str, name: str, path: Path, sha256: str

@@ -27,13 +27,17 @@ class GangKey(NamedTuple):
 
 @dataclass
 class Gang:
-    """A gang's pods (all of them, in any phase) and how many must wait before it is placed
-    (None: its PodGroup does not exist)."""
+    """A gang's pods (all of them, in any phase, by ``namespace/name``) and how many must
+    wait before it is placed (None: its PodGroup does not exist)."""
 
     key: GangKey
-    pods: list[KubePod] = field(default_factory=list)
+    members: dict[str, KubePod] = field(default_factory=dict)
     min_member: int | None = 1
     group_uid: str = ""
+
+    @property
+    def pods(self) -> list[KubePod]:
+        return list(self.members.values())
 
     @property
     def waiting(self) -> list[KubePod]:
@@ -81,20 +85,71 @@ def key_of(pod: KubePod) -> GangKey:
 
 def gangs(pods: Iterable[KubePod], groups: Mapping[str, PodGroup]) -> dict[GangKey, Gang]:
     """Every gang of ``pods`` (the scheduler's own pods), with its readiness rule."""
-    out: dict[GangKey, Gang] = {}
-    for pod in pods:
-        key = key_of(pod)
-        gang = out.get(key)
-        if gang is None:
-            gang = out[key] = Gang(key)
-            if key.kind == "podgroup":
-                group = groups.get(f"{key.namespace}/{key.name}")
-                gang.min_member = group.min_member if group else None
-                gang.group_uid = group.uid if group else ""
-            elif key.kind == "gang":
-                gang.min_member = _size(pod.annotations.get(GANG_SIZE))
-        gang.pods.append(pod)
-    return out
+    index = GangIndex()
+    index.update({p.path: p for p in pods}, None, groups, None)
+    return index.gangs
+
+
+class GangIndex:
+    """``gangs`` kept current from what changed (the informers' change sets) rather than
+    worked out again from every pod on every pass."""
+
+    def __init__(self) -> None:
+        self.gangs: dict[GangKey, Gang] = {}
+        self._of: dict[str, GangKey] = {}  # pod path -> its gang
+
+    def update(
+        self,
+        pods: Mapping[str, KubePod],
+        changed: Iterable[str] | None,
+        groups: Mapping[str, PodGroup],
+        changed_groups: Iterable[str] | None,
+    ) -> dict[GangKey, Gang]:
+        """Bring the gangs up to date with ``pods`` (by path) and ``groups``, given the
+        paths that changed since the last update (None: any may have)."""
+        if changed is None:
+            self.gangs, self._of = {}, {}
+            changed = pods
+        touched: set[GangKey] = set()
+        for path in changed:
+            pod = pods.get(path)
+            key = key_of(pod) if pod is not None else None
+            old = self._of.pop(path, None)
+            if old is not None and old != key:
+                self.gangs[old].members.pop(path, None)
+                touched.add(old)
+            if pod is not None and key is not None:
+                self._of[path] = key
+                self.gangs.setdefault(key, Gang(key)).members[path] = pod
+                touched.add(key)
+        if changed_groups is None:
+            touched = set(self.gangs)
+        else:
+            touched |= {_group_gang(path) for path in changed_groups}
+        for key in touched:
+            gang = self.gangs.get(key)
+            if gang is not None and not gang.members:
+                del self.gangs[key]
+            elif gang is not None:
+                _rule(gang, groups)
+        return self.gangs
+
+
+def _group_gang(path: str) -> GangKey:
+    namespace, _, name = path.partition("/")
+    return GangKey(namespace, "podgroup", name)
+
+
+def _rule(gang: Gang, groups: Mapping[str, PodGroup]) -> None:
+    """Set how many of ``gang``'s pods must wait: its PodGroup's ``minMember``, or the
+    largest gang size its pods annotate."""
+    key = gang.key
+    if key.kind == "podgroup":
+        group = groups.get(f"{key.namespace}/{key.name}")
+        gang.min_member = group.min_member if group else None
+        gang.group_uid = group.uid if group else ""
+    elif key.kind == "gang":
+        gang.min_member = max(_size(p.annotations.get(GANG_SIZE)) for p in gang.members.values())
 
 
 def _size(text: str | None) -> int:

@@ -54,12 +54,21 @@ class Informer(Generic[T]):
         self.synced = threading.Event()
         self.version: str | None = None
         self.lists = 0
+        self._changed: set[str] | None = None  # None: listed anew since ``changes``
         self._stop = threading.Event()
         self._response: Any = None
 
     def snapshot(self) -> dict[str, T]:
         with self.lock:
             return dict(self.items)
+
+    def changes(self) -> tuple[dict[str, T], set[str] | None]:
+        """``snapshot`` and the keys that changed (added, modified or deleted) since the last
+        call, or None when any may have (the first call, and after a relist). For one
+        consumer: each call starts the next change set."""
+        with self.lock:
+            changed, self._changed = self._changed, set()
+            return dict(self.items), changed
 
     def start(self) -> threading.Thread:
         thread = threading.Thread(target=self.run, name=f"informer-{self.kind}", daemon=True)
@@ -100,6 +109,7 @@ class Informer(Generic[T]):
         items = {_key(o): self.parse(o) for o in body.get("items") or []}
         with self.lock:
             self.items = items
+            self._changed = None
             self.version = body["metadata"]["resourceVersion"]
         self.lists += 1
         self.synced.set()
@@ -137,11 +147,14 @@ class Informer(Generic[T]):
         version = (obj.get("metadata") or {}).get("resourceVersion")
         if kind != "BOOKMARK":
             key = _key(obj)
+            parsed = None if kind == "DELETED" else self.parse(obj)
             with self.lock:
-                if kind == "DELETED":
+                if parsed is None:
                     self.items.pop(key, None)
                 else:
-                    self.items[key] = self.parse(obj)
+                    self.items[key] = parsed
+                if self._changed is not None:
+                    self._changed.add(key)
         if version:
             self.version = version
         if kind != "BOOKMARK":

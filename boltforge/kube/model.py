@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 GPU = "nvidia.com/gpu"
@@ -100,6 +101,11 @@ class KubePod:
     @property
     def key(self) -> tuple[str, str]:
         return (self.namespace, self.name)
+
+    @cached_property
+    def path(self) -> str:
+        """``namespace/name``, as the informer keys it."""
+        return f"{self.namespace}/{self.name}"
 
     @property
     def bound(self) -> bool:

@@ -37,11 +37,11 @@ from typing import Any
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi, PolicyV1Api, SchedulingV1Api
 from kubernetes.client.exceptions import ApiException
 
-from boltforge.agent.client import AgentClientError, ServerClient, SessionLost
+from boltforge.agent.client import AgentClientError, ServerClient
 from boltforge.client import ApiFailure, Client
 from boltforge.kube import model
 from boltforge.kube.actions import KubeWrites
-from boltforge.kube.gangs import Gang, GangKey, gangs, key_of, preemptible
+from boltforge.kube.gangs import Gang, GangIndex, GangKey, key_of, preemptible
 from boltforge.kube.informer import Informer
 from boltforge.kube.leader import LeaderElector
 from boltforge.kube.model import JOB, REPLICA, KubePod
@@ -107,7 +107,12 @@ class KubeScheduler:
         self._words_pool = ThreadPoolExecutor(4, thread_name_prefix="kube-words")
         self._beside: dict[str, asyncio.Future[None]] = {}  # "beat", "report", "words"
         self._wanted_at: dict[str, tuple[int, Wanted]] = {}
+        self._unstarted_at: tuple[int, int] | None = None
+        self._unstarted: Wanted = {}
+        self._pruned_at = -1
         self._next_words = 0.0
+        self._index = GangIndex()
+        self._full = True  # the next pass looks at everything, not only what changed
         core = CoreV1Api(client)
         custom = CustomObjectsApi(client)
         pods_of = {"field_selector": f"spec.schedulerName={options.scheduler_name}"}
@@ -197,6 +202,9 @@ class KubeScheduler:
     def _forget_all(self) -> None:
         self.state = SchedulerState()
         self._wanted_at.clear()
+        self._unstarted_at = None
+        self._pruned_at = -1
+        self._full = True
 
     def _take_over(self) -> None:
         """Start leading: forget the last leader's sessions, adopt the bound pods."""
@@ -204,23 +212,29 @@ class KubeScheduler:
         for pod in self.pods.snapshot().values():
             placed = adopted(pod)
             if placed is not None:
-                self.state.placed[placed.replica] = placed
+                self.state.place(placed)
                 self.state.link(key_of(pod), placed.job)
         log.info("%s leads: adopted %d bound pods", self.identity, len(self.state.placed))
 
     async def step(self) -> None:
-        """One pass (see the module docstring)."""
-        nodes = self.nodes.snapshot()
-        pods = self.pods.snapshot()
-        await self._sync_nodes(nodes)
-        all_gangs = gangs(pods.values(), self.groups.snapshot())
+        """One pass (see the module docstring). It looks only at the nodes, pods and
+        PodGroups that changed since the last pass, unless that pass failed."""
+        nodes, nodes_changed = self.nodes.changes()
+        pods, pods_changed = self.pods.changes()
+        groups, groups_changed = self.groups.changes()
+        if self._full:
+            nodes_changed = pods_changed = groups_changed = None
+        self._full = True  # until this pass has got through
+        all_gangs = self._index.update(pods, pods_changed, groups, groups_changed)
+        await self._sync_nodes(nodes, nodes_changed)
         await self._intake(all_gangs, pods, nodes)
         await self._start(all_gangs)
         await self._stop()
-        self._observe(pods)
+        self._observe(pods, pods_changed)
         self._beat()
         self._report()
         await self._forget(all_gangs)
+        self._full = False
         now = time.monotonic()
         if now >= self._next_words and not self._busy("words"):
             self._next_words = now + self.options.words_every_s
@@ -233,11 +247,20 @@ class KubeScheduler:
 
     # nodes
 
-    async def _sync_nodes(self, nodes: Mapping[str, model.KubeNode]) -> None:
-        for name in [n for n in self.state.leases if n not in nodes or not nodes[n].ready]:
-            del self.state.leases[name]
+    async def _sync_nodes(
+        self, nodes: Mapping[str, model.KubeNode], changed: set[str] | None
+    ) -> None:
+        """Register the Ready nodes without a lease, let the rest go, and cordon or
+        uncordon: every node, or those that ``changed`` and those whose lease was dropped."""
+        state = self.state
+        names = sorted(
+            set(nodes) | set(state.leases) if changed is None else changed | state.unleased
+        )
+        state.unleased = set()
+        for name in [n for n in names if n in state.leases and not _ready(nodes.get(n))]:
+            del state.leases[name]
             log.warning("node %s is not Ready: letting its lease run out", name)
-        new = [n for n in nodes.values() if n.ready and n.name not in self.state.leases]
+        new = [nodes[n] for n in names if _ready(nodes.get(n)) and n not in state.leases]
         sem = asyncio.Semaphore(64)
 
         async def register(node: model.KubeNode) -> None:
@@ -249,8 +272,9 @@ class KubeScheduler:
                 self.state.leases[node.name] = await self.agents.register(reg)
 
         await asyncio.gather(*(register(n) for n in new))
-        for node in nodes.values():
-            await self._cordon(node)
+        for name in names:
+            if name in nodes:
+                await self._cordon(nodes[name])
 
     async def _cordon(self, node: model.KubeNode) -> None:
         blocked = cordoned(node, self.options.labels)
@@ -264,13 +288,11 @@ class KubeScheduler:
     def _beat(self) -> None:
         """Renew every node's lease when due, beside the pass rather than in it (a fleet's
         heartbeats take the server a while, and binding must not wait for them)."""
-        leases = self.state.leases
-        if not leases or self._busy("beat"):
+        leases, now = self.state.leases, time.monotonic()
+        if not leases or self._busy("beat") or now < self.state.beat_due:
             return
         every = min(lease.heartbeat_s for lease in leases.values())
-        if time.monotonic() - self.state.beat_at < every:
-            return
-        self.state.beat_at = time.monotonic()
+        self.state.beat_due = now + every
         self._beside["beat"] = asyncio.ensure_future(self._heartbeats(every))
 
     async def _heartbeats(self, every: float) -> None:
@@ -289,7 +311,7 @@ class KubeScheduler:
         reply = await self.agents.heartbeats(beats, every * 2 + 5)
         leases.update(reply.leases)
         for name in reply.lost:
-            leases.pop(name, None)  # registered again on the next pass
+            self.state.drop_lease(name)  # registered again on the next pass
         for lease in reply.leases.values():
             for replica in lease.stop:
                 placed = self.state.placed.get(replica)
@@ -354,13 +376,28 @@ class KubeScheduler:
         self._wanted_at[action] = (self.state.desired_seq, out)
         return out
 
+    def _to_start(self) -> Wanted:
+        """The desired replicas to run of the (job, epoch)s that have one not yet bound;
+        worked out again only when the desired states changed or a bound pod went."""
+        at = (self.state.desired_seq, self.state.unplaced)
+        if self._unstarted_at != at:
+            done = self.state.placed
+            self._unstarted = {
+                run: wanted
+                for run, wanted in self._wanted("run").items()
+                if any(r not in done for r in wanted)
+            }
+            self._unstarted_at = at
+        return self._unstarted
+
     async def _start(self, all_gangs: Mapping[GangKey, Gang]) -> None:
         taken: set[str] | None = None
         binds = []
-        done = self.state.placed
-        for (job, epoch), wanted in self._wanted("run").items():
+        done, unstarted = self.state.placed, self._to_start()
+        for (job, epoch), wanted in list(unstarted.items()):
             todo = {r: v for r, v in wanted.items() if r not in done}
             if not todo:
+                del unstarted[(job, epoch)]
                 continue
             key = self.state.gang_of.get(job)
             if key is None:
@@ -389,7 +426,7 @@ class KubeScheduler:
         if why is not None:
             log.warning("binding %s to %s failed: %s", placed.pod.name, placed.node, why)
             return False
-        self.state.placed[placed.replica] = placed
+        self.state.place(placed)
         return True
 
     def _foreign(self, job: str, todo: Mapping[str, tuple[str, ReplicaSpec]]) -> None:
@@ -401,16 +438,22 @@ class KubeScheduler:
             self.state.outbox[node].append(event)
 
     async def _stop(self) -> None:
+        """Evict the pods of the replicas to stop; one never bound is reported stopped at
+        once, and one whose exit was reported is left alone."""
+        state = self.state
         for (_job, _epoch), wanted in self._wanted("stop").items():
             for replica, (node, spec) in wanted.items():
-                placed = self.state.placed.get(replica)
+                placed = state.placed.get(replica)
                 if placed is None:
-                    if replica not in self.state.unstarted:  # bound, never started: stopped
-                        self.state.unstarted.add(replica)
+                    if replica not in state.ended:  # never bound: stopped as it is
+                        state.ended.add(replica)
                         event = replica_event(replica, spec.job, spec.epoch, "exited", signal=15)
-                        self.state.outbox[node].append(event)
+                        state.outbox[node].append(event)
                 elif placed.evicted_at is None and time.monotonic() >= placed.retry_at:
                     await self._evict(placed, spec.grace_s)
+        if state.ended and self._pruned_at != state.desired_seq:
+            self._pruned_at = state.desired_seq  # forget what the server no longer mentions
+            state.ended &= {spec.replica for specs in state.desired.values() for spec in specs}
 
     async def _evict(self, placed: Placed, grace_s: float | None) -> None:
         loop = asyncio.get_running_loop()
@@ -425,12 +468,22 @@ class KubeScheduler:
 
     # state back
 
-    def _observe(self, pods: Mapping[str, KubePod]) -> None:
-        for replica, placed in list(self.state.placed.items()):
-            pod = pods.get(f"{placed.pod.namespace}/{placed.pod.name}")
+    def _observe(self, pods: Mapping[str, KubePod], changed: set[str] | None) -> None:
+        """What the kubelets did to the placed pods that ``changed`` (None: to every one)."""
+        state = self.state
+        if changed is None:
+            replicas = list(state.placed)
+        else:
+            replicas = [r for path in changed for r in state.on_pod.get(path, ())]
+        for replica in replicas:
+            placed = state.placed[replica]
+            pod = pods.get(placed.pod.path)
+            if pod is placed.pod:
+                continue  # the informer replaces a pod that changes: this one did not
             if pod is None or pod.uid != placed.pod.uid:
                 self._gone(placed)
-                del self.state.placed[replica]
+                state.unplace(replica)
+                state.ended.add(replica)
                 continue
             placed.pod = pod
             if pod.phase == "Running" and not placed.started:
@@ -474,21 +527,25 @@ class KubeScheduler:
             self._wake.set()
 
     async def _flush(self, state: SchedulerState) -> None:
-        async def send(node: str) -> None:
+        """Every node's waiting events in one call; a node whose session was lost keeps its
+        events for after it registers again (on the next pass)."""
+        batch = {}
+        for node, events in list(state.outbox.items()):
             lease = state.leases.get(node)
-            events = state.outbox.get(node)
-            if lease is None or not events:
-                return
-            state.outbox[node] = []
-            try:
-                await self.agents.report(node, AgentReport(session=lease.session, events=events))
-            except AgentClientError as e:
-                state.outbox[node] = events + state.outbox[node]
-                if not isinstance(e, SessionLost):
-                    raise
-                state.leases.pop(node, None)  # registered again on the next pass
-
-        await asyncio.gather(*(send(n) for n in list(state.outbox)))
+            if lease is not None and events:
+                batch[node] = AgentReport(session=lease.session, events=events)
+                state.outbox[node] = []
+        if not batch:
+            return
+        try:
+            reply = await self.agents.reports(batch)
+        except (AgentClientError, OSError):
+            for node, report in batch.items():
+                state.outbox[node] = report.events + state.outbox[node]
+            raise
+        for node in reply.lost:
+            state.outbox[node] = batch[node].events + state.outbox[node]
+            state.drop_lease(node)  # registered again on the next pass
 
     async def _forget(self, all_gangs: Mapping[GangKey, Gang]) -> None:
         """A gang with no pods left and no PodGroup is gone: cancel its job."""
@@ -533,10 +590,13 @@ class KubeScheduler:
         by_job: dict[str, list[Placed]] = defaultdict(list)
         for p in placed:
             by_job[p.job].append(p)
-        racks = {
-            n.name: n.labels.get(self.options.labels.rack, "")
-            for n in self.nodes.snapshot().values()
-        }
+        with self.nodes.lock:
+            known = self.nodes.items
+            racks = {
+                p.node: known[p.node].labels.get(self.options.labels.rack, "")
+                for p in placed
+                if p.node in known
+            }
         for job, members in by_job.items():
             nodes = sorted({p.node for p in members})
             where = sorted({racks.get(n) or "?" for n in nodes})
@@ -606,6 +666,10 @@ def _assign(
             return None
         out[replica] = free[role].pop(0)
     return out
+
+
+def _ready(node: model.KubeNode | None) -> bool:
+    return node is not None and node.ready
 
 
 def _rank(replica: str) -> int:

@@ -57,18 +57,41 @@ def adopted(pod: KubePod) -> Placed | None:
 @dataclass
 class SchedulerState:
     leases: dict[str, Lease] = field(default_factory=dict)
-    beat_at: float = 0.0
+    beat_due: float = 0.0  # when the leases are next renewed
     desired: dict[str, list[ReplicaSpec]] = field(default_factory=dict)
     desired_seq: int = 0  # grows with every change to ``desired``
     job_of: dict[GangKey, str] = field(default_factory=dict)
     gang_of: dict[str, GangKey] = field(default_factory=dict)
-    placed: dict[str, Placed] = field(default_factory=dict)  # by replica id
+    placed: dict[str, Placed] = field(default_factory=dict)  # by replica id; see ``place``
+    on_pod: dict[str, set[str]] = field(default_factory=dict)  # pod path -> its replicas
+    unplaced: int = 0  # grows with every ``unplace``
     refused: dict[GangKey, str] = field(default_factory=dict)
     said: dict[str, str] = field(default_factory=dict)  # pod uid -> the words it was given
-    unstarted: set[str] = field(default_factory=set)
+    ended: set[str] = field(default_factory=set)  # replicas whose exit was reported
     foreign: set[str] = field(default_factory=set)
     cordoned: set[str] = field(default_factory=set)
+    unleased: set[str] = field(default_factory=set)  # leases dropped, to register again
     outbox: dict[str, list[ReplicaEvent]] = field(default_factory=lambda: defaultdict(list))
+
+    def place(self, placed: Placed) -> None:
+        """Record that ``placed.pod`` runs ``placed.replica``."""
+        self.placed[placed.replica] = placed
+        self.on_pod.setdefault(placed.pod.path, set()).add(placed.replica)
+
+    def unplace(self, replica: str) -> None:
+        """Forget ``replica``'s pod."""
+        placed = self.placed.pop(replica)
+        self.unplaced += 1
+        on = self.on_pod.get(placed.pod.path, set())
+        on.discard(replica)
+        if not on:
+            self.on_pod.pop(placed.pod.path, None)
+
+    def drop_lease(self, node: str) -> None:
+        """Forget ``node``'s lease (its session is gone): it registers again on the next
+        pass."""
+        self.leases.pop(node, None)
+        self.unleased.add(node)
 
     def taken(self) -> set[str]:
         """The uids of pods that run (or ran) a replica."""

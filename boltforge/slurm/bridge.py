@@ -437,20 +437,23 @@ class SlurmBridge:
             self.state.outbox[node].extend(evs)
 
     async def _flush(self) -> None:
-        for node, events in list(self.state.outbox.items()):
+        """Every node's waiting events in one call; a node whose session was lost keeps its
+        events for after it registers again."""
+        outbox, batch = self.state.outbox, {}
+        for node, events in list(outbox.items()):
             lease = self.state.leases.get(node)
-            if not events or lease is None:
-                continue
-            try:
-                reply = await self.agents.report(
-                    node, AgentReport(session=lease.session, events=events)
-                )
-            except SessionLost:
+            if events and lease is not None:
+                batch[node] = AgentReport(session=lease.session, events=events)
+        if not batch:
+            return
+        reply = await self.agents.reports(batch)
+        for node, report in batch.items():
+            if node in reply.lost:
                 self.state.leases.pop(node, None)
-                continue
-            self.state.outbox[node] = []
-            if reply.refused:
-                log.info("server refused stale report items: %s", ", ".join(reply.refused))
+            else:
+                del outbox[node][: len(report.events)]
+        for node, refused in reply.refused.items():
+            log.info("server refused stale report items of %s: %s", node, ", ".join(refused))
 
     # words back
 

@@ -226,3 +226,18 @@ class ReportReply(_Wire):
     """Which of the report's items were refused because their epoch is stale."""
 
     refused: list[str] = []
+
+
+class Reports(_Wire):
+    """``POST /v1/agents/reports``: many nodes' reports in one call, by node name."""
+
+    reports: dict[str, AgentReport]
+
+
+class ReportsReply(_Wire):
+    """Per node, the items refused because their epoch is stale; ``lost``: the nodes whose
+    session is not current (nothing of theirs was applied: each must register again and
+    send its report anew)."""
+
+    refused: dict[str, list[str]] = {}
+    lost: list[str] = []

@@ -17,6 +17,7 @@ import pytest
 from kube_unit_kit import Clock, FakeAgents, FakeJobs, FakeWrites, Inline, kgroup, knode, kpod
 
 from boltforge.kube import scheduler as scheduler_module
+from boltforge.kube.informer import Informer
 from boltforge.kube.model import Budget, KubeNode, KubePod, PodGroup, PriorityClass
 from boltforge.kube.scheduler import KubeScheduler, Options
 from boltforge.wire.agent import ReplicaSpec
@@ -32,27 +33,27 @@ class Rig:
     pods: dict[str, KubePod] = field(default_factory=dict)
 
     def nodes(self, *nodes: KubeNode) -> None:
-        self.sched.nodes.items = {n.name: n for n in nodes}
+        cache(self.sched.nodes, {n.name: n for n in nodes})
 
     def put(self, *pods: KubePod) -> None:
         """Pods as the informer sees them now (replacing any of the same name)."""
         for p in pods:
             self.pods[f"{p.namespace}/{p.name}"] = p
-        self.sched.pods.items = dict(self.pods)
+        cache(self.sched.pods, dict(self.pods))
 
     def drop(self, *names: str, namespace: str = "research") -> None:
         for name in names:
             self.pods.pop(f"{namespace}/{name}", None)
-        self.sched.pods.items = dict(self.pods)
+        cache(self.sched.pods, dict(self.pods))
 
     def groups(self, *groups: PodGroup) -> None:
-        self.sched.groups.items = {f"{g.namespace}/{g.name}": g for g in groups}
+        cache(self.sched.groups, {f"{g.namespace}/{g.name}": g for g in groups})
 
     def classes(self, *classes: PriorityClass) -> None:
-        self.sched.classes.items = {c.name: c for c in classes}
+        cache(self.sched.classes, {c.name: c for c in classes})
 
     def budgets(self, *budgets: Budget) -> None:
-        self.sched.budgets.items = {f"{b.namespace}/{b.name}": b for b in budgets}
+        cache(self.sched.budgets, {f"{b.namespace}/{b.name}": b for b in budgets})
 
     def gang(self, name: str, size: int, *, gpus: int = 8, **kw: Any) -> list[KubePod]:
         """A PodGroup ``name`` of ``size`` pods (``name-0`` ...), all waiting."""
@@ -60,7 +61,7 @@ class Rig:
         self.put(*pods)
         groups = dict(self.sched.groups.items)
         groups[f"research/{name}"] = kgroup(name, size)
-        self.sched.groups.items = groups
+        cache(self.sched.groups, groups)
         return pods
 
     def wants(self, node: str, *specs: ReplicaSpec) -> None:
@@ -105,8 +106,19 @@ def rig(monkeypatch: pytest.MonkeyPatch, options: Options | None = None) -> Rig:
     sched._pool = cast(Any, InlinePool())
     sched._words_pool = cast(Any, Inline())
     for inf in sched.informers:
-        inf.items = {}
+        cache(inf, {})
     return Rig(sched, agents, jobs, writes, clock)
+
+
+def cache(informer: Informer[Any], items: dict[str, Any]) -> None:
+    """Set ``informer``'s cache to ``items`` as its watch would have: the keys whose object
+    was added, replaced or removed count as changed."""
+    with informer.lock:
+        old, informer.items = informer.items, items
+        if informer._changed is not None:
+            informer._changed |= {
+                k for k in old.keys() | items.keys() if old.get(k) is not items.get(k)
+            }
 
 
 class InlinePool:

@@ -15,7 +15,6 @@ from typing import Any
 
 import kubernetes.client as client
 
-from boltforge.agent.client import SessionLost
 from boltforge.client import ApiFailure
 from boltforge.kube import model
 from boltforge.kube.connect import api_client
@@ -31,7 +30,7 @@ from boltforge.wire.agent import (
     Registration,
     ReplicaEvent,
     ReplicaSpec,
-    ReportReply,
+    ReportsReply,
 )
 from boltforge.wire.jobs import SubmitRequest
 
@@ -150,17 +149,18 @@ class Clock:
 
 class FakeAgents:
     """The agent protocol as the scheduler speaks it for every node: registrations,
-    batched heartbeats (``stop`` and ``lost`` shape the reply), reports (a node in
-    ``session_lost`` answers 409) and the desired-state long-poll (``changes``, in turn)."""
+    batched heartbeats (``stop`` and ``lost`` shape the reply), batched reports (a node in
+    ``session_lost`` is lost) and the desired-state long-poll (``changes``, in turn)."""
 
     def __init__(self) -> None:
         self.registered: list[Registration] = []
         self.beats: list[dict[str, Heartbeat]] = []
-        self.reports: list[tuple[str, AgentReport]] = []
+        self.sent: list[tuple[str, AgentReport]] = []
         self.stop: dict[str, list[str]] = {}
         self.lost: list[str] = []
         self.session_lost: set[str] = set()
         self.beat_error: Exception | None = None
+        self.register_error: Exception | None = None
         self.changes: list[DesiredChanges] = []
         self.asked: list[int] = []
 
@@ -169,6 +169,8 @@ class FakeAgents:
         return Lease(node=node, session=f"s-{node}-{n}", lease_s=15, heartbeat_s=5, stop=stop or [])
 
     async def register(self, body: Registration) -> Lease:
+        if self.register_error is not None:
+            raise self.register_error
         self.registered.append(body)
         return self.lease(body.inventory.name)
 
@@ -179,11 +181,10 @@ class FakeAgents:
         leases = {n: self.lease(n, self.stop.get(n)) for n in beats if n not in self.lost}
         return HeartbeatsReply(leases=leases, lost=list(self.lost))
 
-    async def report(self, node: str, body: AgentReport) -> ReportReply:
-        if node in self.session_lost:
-            raise SessionLost(f"409 for {node}")
-        self.reports.append((node, body))
-        return ReportReply()
+    async def reports(self, batch: dict[str, AgentReport]) -> ReportsReply:
+        lost = [n for n in batch if n in self.session_lost]
+        self.sent.extend((n, body) for n, body in batch.items() if n not in lost)
+        return ReportsReply(lost=lost)
 
     async def desired_changes(self, since: int, wait_s: float) -> DesiredChanges:
         self.asked.append(since)
@@ -193,7 +194,7 @@ class FakeAgents:
         raise AssertionError("unreachable")
 
     def events(self, node: str | None = None) -> list[ReplicaEvent]:
-        return [e for n, r in self.reports if node in (None, n) for e in r.events]
+        return [e for n, r in self.sent if node in (None, n) for e in r.events]
 
     def kinds(self, replica: str) -> list[str]:
         return [e.kind for e in self.events() if e.replica == replica]

@@ -25,6 +25,8 @@ from boltforge.wire.agent import (
     Lease,
     Registration,
     ReportReply,
+    Reports,
+    ReportsReply,
 )
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"], responses=ERRORS)
@@ -137,8 +139,27 @@ async def report(node: str, body: AgentReport, request: Request) -> ReportReply:
         refused, _ = await rt.feed.report(node, body, rt.clock())
     except protocol.SessionMismatch:
         raise ApiError(409, _REREGISTER) from None
-    keys = [f"logs:{c.job}" for c in body.logs] + [
-        f"job:{p.job}" for p in body.progress if p.checkpoint
-    ]
-    rt.notifier.notify(set(keys))
+    rt.notifier.notify(_followed([body]))
     return ReportReply(refused=sorted(set(refused)))
+
+
+@router.post("/reports")
+async def reports(body: Reports, request: Request) -> ReportsReply:
+    """Many nodes' reports in one call (a bridge speaking for a whole cluster), applied in
+    one change of the store. A node whose session is not current is listed in ``lost``,
+    and nothing of its report is applied: it must register again."""
+    await agent(request)
+    rt = _runtime(request)
+    done = await rt.feed.reports(body.reports, rt.clock())
+    applied = [b for n, b in body.reports.items() if n not in done.lost]
+    rt.notifier.notify(_followed(applied))
+    refused = {n: sorted(set(r)) for n, r in done.refused.items() if r}
+    return ReportsReply(refused=refused, lost=done.lost)
+
+
+def _followed(bodies: list[AgentReport]) -> set[str]:
+    """The notifier keys that followers of these reports wait on: new log lines, and
+    checkpoints."""
+    return {f"logs:{c.job}" for b in bodies for c in b.logs} | {
+        f"job:{p.job}" for b in bodies for p in b.progress if p.checkpoint
+    }

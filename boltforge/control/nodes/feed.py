@@ -3,6 +3,8 @@ exiting, progress) applied to the store; see ``control/nodes/backend.py`` for th
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlalchemy.orm import Session
 
 from boltforge.control.audit import audit
@@ -66,20 +68,69 @@ class Feed:
 
         def change(s: Session) -> tuple[list[str], Touched]:
             protocol.current_in(self.scheduler.mirror, node, body.session)
-            refused, touched = apply_events(s, node, body.events)
-            refused += apply_logs(s, node, body.logs, now)
-            refused += apply_progress(s, node, body.progress)
-            spot.settle(s, touched.jobs | {p.job for p in body.progress if p.checkpoint})
-            return refused, touched
+            return _apply_report(s, node, body, now)
 
-        reads = frozenset(
+        refused, touched = await self.writes.write_async(change, _reads({node: body}))
+        self._after([body], touched)
+        return refused, touched
+
+    async def reports(self, batch: dict[str, AgentReport], now: float) -> Reported:
+        """Many nodes' reports (``report`` each) in one change of the store; a node whose
+        session is not current is listed in ``lost`` and none of its report is applied."""
+
+        def change(s: Session) -> Reported:
+            out = Reported({}, [], Touched())
+            for node, body in batch.items():
+                try:
+                    protocol.current_in(self.scheduler.mirror, node, body.session)
+                except protocol.SessionMismatch:
+                    out.lost.append(node)
+                    continue
+                refused, touched = _apply_report(s, node, body, now)
+                out.refused[node] = refused
+                out.touched |= touched
+            return out
+
+        done = await self.writes.write_async(change, _reads(batch))
+        self._after([b for n, b in batch.items() if n not in done.lost], done.touched)
+        return done
+
+    def _after(self, applied: list[AgentReport], touched: Touched) -> None:
+        events = [ev for body in applied for ev in body.events]
+        if events:
+            self.scheduler.announce(touched)
+        if any(ev.kind != "started" for ev in events):
+            self.scheduler.wake()  # GPUs freed or a job ended: the plan may change
+
+
+@dataclass
+class Reported:
+    """What a batch of reports came to: the refused replica ids by node, the nodes that
+    must register again, and what changed."""
+
+    refused: dict[str, list[str]]
+    lost: list[str]
+    touched: Touched
+
+
+def _apply_report(
+    s: Session, node: str, body: AgentReport, now: float
+) -> tuple[list[str], Touched]:
+    refused, touched = apply_events(s, node, body.events)
+    refused += apply_logs(s, node, body.logs, now)
+    refused += apply_progress(s, node, body.progress)
+    spot.settle(s, touched.jobs | {p.job for p in body.progress if p.checkpoint})
+    return refused, touched
+
+
+def _reads(batch: dict[str, AgentReport]) -> frozenset[str]:
+    """The replicas a batch of reports reads (the batcher orders writes that share one)."""
+    return frozenset(
+        r
+        for body in batch.values()
+        for r in (
             [e.replica for e in body.events]
             + [c.replica for c in body.logs]
             + [p.replica for p in body.progress]
         )
-        refused, touched = await self.writes.write_async(change, reads)
-        if body.events:
-            self.scheduler.announce(touched)
-        if any(ev.kind != "started" for ev in body.events):
-            self.scheduler.wake()  # GPUs freed or a job ended: the plan may change
-        return refused, touched
+    )

@@ -5,6 +5,7 @@ preemption."""
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 from kube_unit_kit import kgroup, kpod
 
 from boltforge.kube import model
-from boltforge.kube.gangs import Gang, GangKey, gangs, key_of, preemptible
+from boltforge.kube.gangs import Gang, GangIndex, GangKey, gangs, key_of, preemptible
 from boltforge.kube.model import GANG, GANG_SIZE, Budget
 from boltforge.testing.kube_builders import pdb_json
 
@@ -222,3 +223,70 @@ def test_an_empty_selector_budget_covers_the_whole_namespace() -> None:
 def test_a_gang_with_no_budgets_is_preemptible() -> None:
     mine = [kpod(f"w{i}", group="g") for i in range(4)]
     assert preemptible(gang_of(mine), [], mine)
+
+
+# kept current from change sets
+
+POD = st.tuples(
+    st.sampled_from(["p0", "p1", "p2", "p3", "p4", "p5"]),
+    st.sampled_from(["a", "b"]),  # namespace
+    st.sampled_from(["group", "gang", "alone"]),
+    st.sampled_from(["x", "y"]),  # the group or gang it names
+    st.integers(0, 3),  # the gang size it annotates
+    st.booleans(),  # bound
+)
+STEP = st.one_of(
+    st.tuples(st.just("put"), POD),
+    st.tuples(st.just("drop"), st.sampled_from(["a/p0", "a/p1", "b/p2", "a/p3", "b/p4"])),
+    st.tuples(st.just("group"), st.sampled_from(["a/x", "b/x", "a/y"]), st.integers(0, 4)),
+)
+
+
+def _pod(name: str, ns: str, how: str, target: str, size: int, bound: bool) -> model.KubePod:
+    grouping: dict[str, object] = {}
+    if how == "group":
+        grouping["group"] = target
+    elif how == "gang":
+        grouping["gang"] = (target, size)
+    return kpod(name, namespace=ns, node="n1" if bound else "", **grouping)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(STEP, max_size=5), max_size=8))
+def test_a_gang_index_fed_change_sets_matches_gangs_worked_out_from_scratch(
+    passes: list[list[tuple[Any, ...]]],
+) -> None:
+    pods: dict[str, model.KubePod] = {}
+    groups: dict[str, model.PodGroup] = {}
+    index = GangIndex()
+    index.update(pods, None, groups, None)
+    for steps in passes:
+        changed, changed_groups = set(), set()
+        for step in steps:
+            if step[0] == "put":
+                pod = _pod(*step[1])
+                pods[pod.path] = pod
+                changed.add(pod.path)
+            elif step[0] == "drop":
+                pods.pop(step[1], None)
+                changed.add(step[1])
+            else:
+                path, size = step[1], step[2]
+                ns, name = path.split("/")
+                if size:
+                    groups[path] = kgroup(name, size, namespace=ns)
+                else:
+                    groups.pop(path, None)
+                changed_groups.add(path)
+        kept = index.update(pods, changed, groups, changed_groups)
+        assert _shape(kept) == _shape(gangs(pods.values(), groups))
+
+
+def _shape(found: dict[GangKey, Gang]) -> dict[GangKey, tuple[object, ...]]:
+    return {k: (sorted(p.uid for p in g.pods), g.min_member, g.group_uid) for k, g in found.items()}
+
+
+def test_pods_of_one_gang_that_annotate_different_sizes_wait_for_the_largest() -> None:
+    pods = [kpod("w0", gang=("pair", 2)), kpod("w1", gang=("pair", 3))]
+    (gang,) = gangs(pods, {}).values()
+    assert gang.min_member == 3 and "2 of the 3 pods" in (gang.not_ready() or "")

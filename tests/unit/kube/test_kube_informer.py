@@ -224,6 +224,43 @@ def test_a_410_event_lists_again_and_the_new_list_replaces_the_cache(
     assert delays().delays == []  # expiry is not an error: no backoff
 
 
+def test_changes_name_the_keys_each_event_touched_and_none_after_every_list() -> None:
+    seen: list[set[str] | None] = []
+    script = Script(
+        Listed([obj("a", 3), obj("b", 4)], 10),
+        Stream(event("ADDED", obj("c", 11)), event("MODIFIED", obj("a", 12))),
+        Stream(event("DELETED", obj("b", 13)), error(410, "too old resource version")),
+        Listed([obj("c", 11)], 40),
+    )
+    inf: Informer[dict[str, Any]] = Informer("things", script, dict, lambda: None)
+    script.informer = inf
+    inf.on_change = lambda: seen.append(inf.changes()[1])
+    inf.run()
+    assert seen == [None, {"ns/c"}, {"ns/a"}, {"ns/b"}, None]
+    items, after = inf.changes()
+    assert after == set() and sorted(items) == ["ns/c"]
+
+
+def test_changes_gather_every_key_touched_between_two_calls() -> None:
+    script = Script(
+        Listed([obj("a", 3)], 10),
+        Stream(
+            event("ADDED", obj("b", 11)),
+            event("MODIFIED", obj("b", 12)),
+            event("DELETED", obj("a", 13)),
+            event("BOOKMARK", {"metadata": {"resourceVersion": "20"}}),
+        ),
+    )
+    inf: Informer[dict[str, Any]] = Informer("things", script, dict, lambda: None)
+    script.informer = inf
+    first: list[set[str] | None] = []
+    inf.on_change = lambda: None if first else first.append(inf.changes()[1])  # the list
+    inf.run()
+    items, changed = inf.changes()
+    assert first == [None]
+    assert changed == {"ns/a", "ns/b"} and sorted(items) == ["ns/b"]
+
+
 def test_a_watch_answered_410_gone_lists_again_at_once(delays: Callable[[], Delays]) -> None:
     inf, script, _ = scripted(
         Listed([obj("a", 3)], 10), ApiException(status=410, reason="Gone"), Listed([], 20)

@@ -42,6 +42,24 @@ def test_every_ready_node_registers_once_with_its_inventory(r: Rig) -> None:
     assert n3.agent_version == "k8s" and n3.running == []
 
 
+def test_after_a_failed_pass_the_next_one_looks_at_every_node_not_only_what_changed(
+    r: Rig,
+) -> None:
+    r.nodes(*racks(("r1", ["n1", "n2"])))
+    r.agents.register_error = OSError("the server is away")
+    with pytest.raises(OSError):
+        r.passes()
+    r.agents.register_error = None
+    r.passes()  # no node changed since the failed pass
+    assert set(r.sched.state.leases) == {"n1", "n2"}
+
+
+def test_a_pass_with_nothing_changed_registers_nothing_again(r: Rig) -> None:
+    r.nodes(*racks(("r1", ["n1", "n2"])))
+    r.passes(3)
+    assert [reg.inventory.name for reg in r.agents.registered] == ["n1", "n2"]
+
+
 def test_a_node_that_stops_being_ready_is_let_go_and_registers_again_when_ready(r: Rig) -> None:
     r.nodes(*racks(("r1", ["n1", "n2"])))
     r.passes(every_s=5)

@@ -264,6 +264,19 @@ def test_a_pod_gone_after_its_eviction_exited_by_the_checkpoint_signal(r: Rig) -
     assert replica not in r.sched.state.placed
 
 
+def test_an_evicted_pod_that_went_is_reported_exited_once_while_its_stop_is_still_wanted(
+    r: Rig,
+) -> None:
+    job = submitted(r, "llm", 1)
+    placed_pods(r, job, ["n1"])
+    r.clear()
+    r.wants("n1", rspec(job, 1, 0, action="stop"))
+    r.passes()
+    r.drop("llm-0")
+    r.passes(3)  # the server has not yet taken the stop back
+    assert r.agents.kinds(f"{job}.1.0") == ["started", "exited"]
+
+
 def test_a_pod_deleted_by_someone_else_is_to_run_again(r: Rig) -> None:
     job = submitted(r, "llm", 1)
     placed_pods(r, job, ["n1"])
@@ -305,10 +318,10 @@ def test_reports_of_a_node_whose_session_was_lost_are_kept_and_sent_after_it_reg
     r.agents.session_lost = {"n1"}
     r.drop("llm-0")
     r.passes()
-    assert r.agents.reports == [] and "n1" not in r.sched.state.leases
+    assert r.agents.sent == [] and "n1" not in r.sched.state.leases
     r.agents.session_lost = set()
     r.passes()
-    ((node, report),) = r.agents.reports
+    ((node, report),) = r.agents.sent
     assert node == "n1" and report.session == "s-n1-2"  # its new session
     assert [e.kind for e in report.events] == ["started", "exited"]
 
@@ -319,7 +332,7 @@ def test_events_of_a_node_without_a_lease_wait_for_one(r: Rig) -> None:
     r.nodes(knode("n1", ready=False), *racks(("r1", ["n2"])))
     r.drop("llm-0")
     r.passes(2)
-    assert r.agents.reports == []
+    assert r.agents.sent == []
     assert [e.kind for e in r.sched.state.outbox["n1"]] == ["started", "exited"]
 
 

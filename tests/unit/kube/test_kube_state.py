@@ -98,7 +98,7 @@ def test_a_nodes_statuses_leave_out_exited_replicas_and_other_nodes() -> None:
         placed("j.1.2", "n1", exited=True),
         placed("k.1.0", "n2"),
     ]:
-        s.placed[p.replica] = p
+        s.place(p)
     assert [(st.replica, st.state) for st in s.statuses("n1")] == [
         ("j.1.0", "running"),
         ("j.1.1", "stopping"),
@@ -122,7 +122,7 @@ def test_statuses_by_node_is_statuses_of_every_node_that_runs_something(
     s = SchedulerState()
     for i, (node, exited, evicted) in enumerate(rows):
         p = placed(f"j.1.{i}", node, exited=exited, evicted_at=1.0 if evicted else None)
-        s.placed[p.replica] = p
+        s.place(p)
     by_node = s.statuses_by_node()
     for node in ("n1", "n2", "n3"):
         assert by_node.get(node, []) == s.statuses(node)
@@ -141,3 +141,16 @@ def test_a_fresh_state_has_an_empty_outbox_for_any_node() -> None:
     assert s.outbox["n1"] == [] and s.taken() == set() and s.statuses_by_node() == {}
     s.outbox["n1"].append(replica_event("j.1.0", "j", 1, "started"))
     assert SchedulerState().outbox["n1"] == []  # no outbox is shared between states
+
+
+def test_placing_and_unplacing_keeps_the_replicas_of_each_pod() -> None:
+    s = SchedulerState()
+    first, second = placed("j.1.0", "n1"), placed("j.2.0", "n1")
+    second.pod = first.pod  # the same pod path runs the next epoch
+    s.place(first)
+    s.place(second)
+    assert s.on_pod == {first.pod.path: {"j.1.0", "j.2.0"}}
+    s.unplace("j.1.0")
+    assert s.on_pod == {first.pod.path: {"j.2.0"}} and list(s.placed) == ["j.2.0"]
+    s.unplace("j.2.0")
+    assert s.on_pod == {} and s.placed == {}

@@ -15,7 +15,14 @@ from slurm_builders import sinfo_node, squeue_job
 from boltforge.client import ApiFailure
 from boltforge.slurm.bridge import SlurmBridge
 from boltforge.slurm.model import SlurmJob, SlurmNode, parse_jobs, parse_nodes
-from boltforge.wire.agent import AgentReport, Lease, Registration, ReplicaEvent, ReplicaSpec
+from boltforge.wire.agent import (
+    AgentReport,
+    Lease,
+    Registration,
+    ReplicaEvent,
+    ReplicaSpec,
+    ReportsReply,
+)
 
 NODES = ("n1", "n2")
 HELD = {"state_reason": "JobHeldUser", "priority": 0, "comment": "boltforge: held for placement"}
@@ -100,9 +107,10 @@ class FakeServer:
     async def desired(self, node: str, since: int, wait_s: float) -> Any:
         await asyncio.Event().wait()  # the tests set desired states themselves
 
-    async def report(self, node: str, body: AgentReport) -> Any:
-        self.events += body.events
-        return SimpleNamespace(refused=[])
+    async def reports(self, batch: dict[str, AgentReport]) -> ReportsReply:
+        for body in batch.values():
+            self.events += body.events
+        return ReportsReply()
 
     def submit(self, req: Any, key: str | None = None) -> Any:
         if self.refuse_with is not None:

@@ -25,6 +25,7 @@ from boltforge.wire.agent import (
     Registration,
     ReplicaEvent,
     ReplicaSpec,
+    ReportsReply,
 )
 from boltforge.wire.jobs import Problem
 
@@ -124,11 +125,14 @@ class Server:
         assert state is not None
         return state
 
-    async def report(self, node: str, body: AgentReport) -> Any:
+    async def reports(self, batch: dict[str, AgentReport]) -> ReportsReply:
         if self.report_lost:
-            raise SessionLost("409: unknown session")
-        self.events += body.events
-        return SimpleNamespace(refused=[e.replica for e in body.events if e.epoch < 1])
+            return ReportsReply(lost=list(batch))
+        refused = {}
+        for node, body in batch.items():
+            self.events += body.events
+            refused[node] = [e.replica for e in body.events if e.epoch < 1]
+        return ReportsReply(refused={n: r for n, r in refused.items() if r})
 
     def submit(self, req: Any, key: str | None = None) -> Any:
         if self.submit_fails is not None:

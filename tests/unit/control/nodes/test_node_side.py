@@ -229,6 +229,46 @@ def test_batched_heartbeats_renew_each_node_as_its_own_heartbeat_would(fleet: Fl
     assert nodes[home.name]["last_heartbeat"] == fleet.clock()
 
 
+def test_batched_reports_apply_each_current_nodes_events_and_list_the_rest_as_lost(
+    fleet: Fleet,
+) -> None:
+    jobs = [fleet.submit(make_spec(f"train-{i}", 8)) for i in range(2)]
+    (home, first), (other, second) = (placed(fleet, j) for j in jobs)
+    assert home is not other
+    old = other.session
+    other.register([status(second)])
+
+    def events(rep: ReplicaSpec, *kinds: str) -> list[dict[str, Any]]:
+        at = fleet.clock()
+        return [
+            {"replica": rep.replica, "job": rep.job, "epoch": rep.epoch, "kind": k, "at": at}
+            | ({"exit_code": 0} if k == "exited" else {})
+            for k in kinds
+        ]
+
+    batch = {
+        home.name: {"session": home.session, "events": events(first, "started", "exited")},
+        other.name: {"session": old, "events": events(second, "started", "exited")},
+        "nobody": {"session": "s", "events": []},
+    }
+    reply = fleet.post("/v1/agents/reports", {"reports": batch}, ADMIN).json()
+    fleet.settle()
+
+    assert sorted(reply["lost"]) == sorted([other.name, "nobody"])
+    assert reply["refused"] == {}
+    assert fleet.job(jobs[0]).state == "succeeded"
+    assert fleet.job(jobs[1]).state == "running"  # the stale session changed nothing
+
+
+def test_a_batched_report_of_a_past_epoch_is_refused_by_replica(fleet: Fleet) -> None:
+    job = fleet.submit(make_spec("train", 8))
+    node, rep = placed(fleet, job)
+    stale = {"replica": rep.replica, "job": job, "epoch": rep.epoch - 1, "kind": "started"}
+    batch = {node.name: {"session": node.session, "events": [{**stale, "at": fleet.clock()}]}}
+    reply = fleet.post("/v1/agents/reports", {"reports": batch}, ADMIN).json()
+    assert reply == {"refused": {node.name: [rep.replica]}, "lost": []}
+
+
 # -- leases on a fake clock ------------------------------------------------------------------
 
 
