@@ -96,6 +96,7 @@ class GangIndex:
 
     def __init__(self) -> None:
         self.gangs: dict[GangKey, Gang] = {}
+        self.touched: set[GangKey] = set()  # the gangs the last update changed or removed
         self._of: dict[str, GangKey] = {}  # pod path -> its gang
 
     def update(
@@ -106,11 +107,12 @@ class GangIndex:
         changed_groups: Iterable[str] | None,
     ) -> dict[GangKey, Gang]:
         """Bring the gangs up to date with ``pods`` (by path) and ``groups``, given the
-        paths that changed since the last update (None: any may have)."""
-        if changed is None:
-            self.gangs, self._of = {}, {}
-            changed = pods
+        paths that changed since the last update (None: any may have); ``touched`` names
+        the gangs that may have changed (every one, after a full update, and those gone)."""
         touched: set[GangKey] = set()
+        if changed is None:
+            touched, self.gangs, self._of = set(self.gangs), {}, {}
+            changed = pods
         for path in changed:
             pod = pods.get(path)
             key = key_of(pod) if pod is not None else None
@@ -123,9 +125,10 @@ class GangIndex:
                 self.gangs.setdefault(key, Gang(key)).members[path] = pod
                 touched.add(key)
         if changed_groups is None:
-            touched = set(self.gangs)
+            touched |= set(self.gangs)
         else:
             touched |= {_group_gang(path) for path in changed_groups}
+        self.touched = touched
         for key in touched:
             gang = self.gangs.get(key)
             if gang is not None and not gang.members:

@@ -61,6 +61,7 @@ from boltforge.wire.jobs import TERMINAL, SubmitRequest
 
 log = logging.getLogger("boltforge.kube")
 Wanted = dict[tuple[str, int], dict[str, tuple[str, ReplicaSpec]]]
+FULL_BEAT_S = 30.0  # how often heartbeats list what every node runs, changed or not
 NOT_FROM_KUBE = (
     "these nodes are scheduled through Kubernetes, which runs only pods; create the job's "
     "pods with schedulerName: boltforge"
@@ -113,6 +114,7 @@ class KubeScheduler:
         self._next_words = 0.0
         self._index = GangIndex()
         self._full = True  # the next pass looks at everything, not only what changed
+        self._largest = 0  # GPUs of the largest node
         core = CoreV1Api(client)
         custom = CustomObjectsApi(client)
         pods_of = {"field_selector": f"spec.schedulerName={options.scheduler_name}"}
@@ -226,14 +228,17 @@ class KubeScheduler:
             nodes_changed = pods_changed = groups_changed = None
         self._full = True  # until this pass has got through
         all_gangs = self._index.update(pods, pods_changed, groups, groups_changed)
+        keys = None if pods_changed is None or groups_changed is None else self._index.touched
+        if nodes_changed is None or nodes_changed:
+            self._largest = max((n.gpus for n in nodes.values()), default=0)
         await self._sync_nodes(nodes, nodes_changed)
-        await self._intake(all_gangs, pods, nodes)
+        await self._intake(all_gangs, keys, pods)
         await self._start(all_gangs)
         await self._stop()
         self._observe(pods, pods_changed)
         self._beat()
         self._report()
-        await self._forget(all_gangs)
+        await self._forget(all_gangs, keys, groups)
         self._full = False
         now = time.monotonic()
         if now >= self._next_words and not self._busy("words"):
@@ -302,13 +307,26 @@ class KubeScheduler:
             log.warning("heartbeats failed, retrying when next due: %s", e)
 
     async def _renew(self, every: float) -> None:
-        leases = self.state.leases
-        running = self.state.statuses_by_node()
+        """Every node's heartbeat in one call. Each lists what its node runs when that
+        changed since the last one was sent, and every ``FULL_BEAT_S`` for every node; the
+        rest list nothing, which renews the lease and leaves the store's view as it is."""
+        state, now = self.state, time.monotonic()
+        full, sent = now >= state.full_beat_due, state.moved
+        state.moved = set()
+        leases = state.leases
         beats = {
-            n: Heartbeat(session=lease.session, running=running.get(n, []))
+            n: Heartbeat(
+                session=lease.session, running=state.statuses(n) if full or n in sent else []
+            )
             for n, lease in leases.items()
         }
-        reply = await self.agents.heartbeats(beats, every * 2 + 5)
+        try:
+            reply = await self.agents.heartbeats(beats, every * 2 + 5)
+        except BaseException:
+            state.moved |= sent
+            raise
+        if full:
+            state.full_beat_due = now + FULL_BEAT_S
         leases.update(reply.leases)
         for name in reply.lost:
             self.state.drop_lease(name)  # registered again on the next pass
@@ -323,15 +341,19 @@ class KubeScheduler:
     async def _intake(
         self,
         all_gangs: Mapping[GangKey, Gang],
+        keys: set[GangKey] | None,
         pods: Mapping[str, KubePod],
-        nodes: Mapping[str, model.KubeNode],
     ) -> None:
-        largest = max((n.gpus for n in nodes.values()), default=0)
-        for key, gang in all_gangs.items():
-            if key in self.state.job_of or not gang.waiting or gang.not_ready():
+        """Submit the gangs that are ready and not yet submitted: of the gangs ``keys``
+        (None: every one) and those refused before, which are tried again every pass (a
+        node large enough may have joined, or the server's reason gone)."""
+        todo = all_gangs if keys is None else keys | set(self.state.refused)
+        for key in todo:
+            gang = all_gangs.get(key)
+            if gang is None or key in self.state.job_of or not gang.waiting or gang.not_ready():
                 continue
             try:
-                spec = self._spec(gang, pods, largest)
+                spec = self._spec(gang, pods, self._largest)
             except Unplaceable as e:
                 self.state.refused[key] = str(e)
                 continue
@@ -460,6 +482,7 @@ class KubeScheduler:
         why = await loop.run_in_executor(self._pool, self.writes.evict, placed.pod, grace_s)
         if why is None:
             placed.evicted_at = time.monotonic()
+            self.state.moves(placed)
             log.info("evicted %s (%s)", placed.pod.name, placed.replica)
             return
         placed.retry_at = time.monotonic() + 5.0
@@ -494,6 +517,7 @@ class KubeScheduler:
                     placed.started = True
                     self._queue(placed, "started")
                 placed.exited = True
+                self.state.moves(placed)
                 code = pod.exit_code if pod.exit_code is not None else int(pod.phase == "Failed")
                 self._queue(placed, "exited", exit_code=code)
 
@@ -547,10 +571,17 @@ class KubeScheduler:
             state.outbox[node] = batch[node].events + state.outbox[node]
             state.drop_lease(node)  # registered again on the next pass
 
-    async def _forget(self, all_gangs: Mapping[GangKey, Gang]) -> None:
-        """A gang with no pods left and no PodGroup is gone: cancel its job."""
-        groups = self.groups.snapshot()
-        for key, job in list(self.state.job_of.items()):
+    async def _forget(
+        self,
+        all_gangs: Mapping[GangKey, Gang],
+        keys: set[GangKey] | None,
+        groups: Mapping[str, model.PodGroup],
+    ) -> None:
+        """A gang with no pods left and no PodGroup is gone: cancel its job. Looks at the
+        gangs ``keys`` (None: every one)."""
+        job_of = self.state.job_of
+        for key in list(job_of) if keys is None else [k for k in keys if k in job_of]:
+            job = job_of[key]
             if key in all_gangs or f"{key.namespace}/{key.name}" in groups:
                 continue
             del self.state.job_of[key]

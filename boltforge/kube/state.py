@@ -64,6 +64,9 @@ class SchedulerState:
     gang_of: dict[str, GangKey] = field(default_factory=dict)
     placed: dict[str, Placed] = field(default_factory=dict)  # by replica id; see ``place``
     on_pod: dict[str, set[str]] = field(default_factory=dict)  # pod path -> its replicas
+    on_node: dict[str, set[str]] = field(default_factory=dict)  # node -> its replicas
+    moved: set[str] = field(default_factory=set)  # nodes whose statuses changed; see ``moves``
+    full_beat_due: float = 0.0  # when heartbeats next list what every node runs
     unplaced: int = 0  # grows with every ``unplace``
     refused: dict[GangKey, str] = field(default_factory=dict)
     said: dict[str, str] = field(default_factory=dict)  # pod uid -> the words it was given
@@ -77,15 +80,23 @@ class SchedulerState:
         """Record that ``placed.pod`` runs ``placed.replica``."""
         self.placed[placed.replica] = placed
         self.on_pod.setdefault(placed.pod.path, set()).add(placed.replica)
+        self.on_node.setdefault(placed.node, set()).add(placed.replica)
+        self.moved.add(placed.node)
 
     def unplace(self, replica: str) -> None:
         """Forget ``replica``'s pod."""
         placed = self.placed.pop(replica)
         self.unplaced += 1
-        on = self.on_pod.get(placed.pod.path, set())
-        on.discard(replica)
-        if not on:
-            self.on_pod.pop(placed.pod.path, None)
+        for index, key in ((self.on_pod, placed.pod.path), (self.on_node, placed.node)):
+            on = index.get(key, set())
+            on.discard(replica)
+            if not on:
+                index.pop(key, None)
+        self.moved.add(placed.node)
+
+    def moves(self, placed: Placed) -> None:
+        """Note that ``placed``'s status changed (stopping, or exited)."""
+        self.moved.add(placed.node)
 
     def drop_lease(self, node: str) -> None:
         """Forget ``node``'s lease (its session is gone): it registers again on the next
@@ -99,15 +110,8 @@ class SchedulerState:
 
     def statuses(self, node: str) -> list[ReplicaStatus]:
         """What ``node`` runs, as its agent would report it."""
-        return [p.status() for p in self.placed.values() if p.node == node and not p.exited]
-
-    def statuses_by_node(self) -> dict[str, list[ReplicaStatus]]:
-        """``statuses`` of every node that runs something, in one sweep."""
-        out: dict[str, list[ReplicaStatus]] = defaultdict(list)
-        for p in self.placed.values():
-            if not p.exited:
-                out[p.node].append(p.status())
-        return out
+        placed = (self.placed[r] for r in sorted(self.on_node.get(node, ())))
+        return [p.status() for p in placed if not p.exited]
 
     def link(self, key: GangKey, job: str) -> None:
         self.job_of[key] = job

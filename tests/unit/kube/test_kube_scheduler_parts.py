@@ -148,6 +148,31 @@ def test_heartbeats_go_together_when_due_with_what_each_node_runs(r: Rig) -> Non
     assert len(r.agents.beats) == 2
 
 
+def test_a_heartbeat_lists_what_a_node_runs_when_it_changed_and_all_of_it_every_30_s(
+    r: Rig,
+) -> None:
+    r.nodes(*racks(("r1", ["n1", "n2"])))
+    r.put(kpod("w0", node="n1", phase="Running", replica="j-1.1.0", job="j-1", group="g"))
+    r.put(kpod("w1", node="n2", phase="Running", replica="j-2.1.0", job="j-2", group="h"))
+    r.lead()
+    r.passes(every_s=5)  # the first heartbeat lists everything
+
+    def listed() -> dict[str, list[tuple[str, str]]]:
+        beat = r.agents.beats[-1]
+        return {n: [(s.replica, s.state) for s in b.running] for n, b in beat.items()}
+
+    assert listed() == {"n1": [("j-1.1.0", "running")], "n2": [("j-2.1.0", "running")]}
+    r.passes(every_s=5)
+    assert listed() == {"n1": [], "n2": []}  # nothing changed: the leases are renewed
+    r.wants("n1", rspec("j-1", 1, 0, action="stop"))
+    r.passes(every_s=5)  # evicted: n1's replica is stopping
+    assert listed() == {"n1": [("j-1.1.0", "stopping")], "n2": []}
+    r.passes(3, every_s=5)
+    assert listed() == {"n1": [], "n2": []}
+    r.passes(every_s=5)  # 30 s since the last full one
+    assert listed() == {"n1": [("j-1.1.0", "stopping")], "n2": [("j-2.1.0", "running")]}
+
+
 def test_a_node_the_server_lost_registers_again_on_the_next_pass(r: Rig) -> None:
     r.nodes(*racks(("r1", ["n1", "n2"])))
     r.passes(every_s=5)
@@ -249,6 +274,16 @@ def test_a_pod_larger_than_any_node_is_refused_and_told_why(r: Rig) -> None:
     assert text.startswith("boltforge: refused: pod big-0 asks for 16 GPUs")
     assert "largest node has 8" in text
     assert r.writes.events("FailedScheduling") == [("big-0", text)]
+
+
+def test_a_gang_refused_as_too_big_is_submitted_once_a_node_large_enough_joins(r: Rig) -> None:
+    r.nodes(knode("n1", gpus=8))
+    r.gang("big", 1, gpus=16)
+    r.passes(2)
+    assert r.jobs.submitted == []
+    r.nodes(knode("n1", gpus=8), knode("n2", gpus=16))
+    r.passes()
+    assert len(r.jobs.submitted) == 1 and r.sched.state.refused == {}
 
 
 def test_pods_of_one_role_asking_different_sizes_are_refused(r: Rig) -> None:

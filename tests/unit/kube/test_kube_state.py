@@ -104,9 +104,6 @@ def test_a_nodes_statuses_leave_out_exited_replicas_and_other_nodes() -> None:
         ("j.1.1", "stopping"),
     ]
     assert s.statuses("n3") == []
-    by_node = s.statuses_by_node()
-    assert sorted(by_node) == ["n1", "n2"]
-    assert [st.replica for st in by_node["n2"]] == ["k.1.0"]
 
 
 @settings(max_examples=60, deadline=None)
@@ -116,17 +113,23 @@ def test_a_nodes_statuses_leave_out_exited_replicas_and_other_nodes() -> None:
         max_size=12,
     )
 )
-def test_statuses_by_node_is_statuses_of_every_node_that_runs_something(
+def test_statuses_are_what_each_node_runs_as_placing_and_unplacing_leave_it(
     rows: list[tuple[str, bool, bool]],
 ) -> None:
     s = SchedulerState()
     for i, (node, exited, evicted) in enumerate(rows):
         p = placed(f"j.1.{i}", node, exited=exited, evicted_at=1.0 if evicted else None)
         s.place(p)
-    by_node = s.statuses_by_node()
+    for replica in list(s.placed)[::2]:
+        s.unplace(replica)
     for node in ("n1", "n2", "n3"):
-        assert by_node.get(node, []) == s.statuses(node)
-    assert all(by_node.values())
+        expected = [
+            p.status()
+            for p in sorted(s.placed.values(), key=lambda p: p.replica)
+            if p.node == node and not p.exited
+        ]
+        assert s.statuses(node) == expected
+    assert s.moved == {node for node, _, _ in rows}
 
 
 def test_link_finds_the_job_of_a_gang_and_the_gang_of_a_job() -> None:
@@ -138,7 +141,7 @@ def test_link_finds_the_job_of_a_gang_and_the_gang_of_a_job() -> None:
 
 def test_a_fresh_state_has_an_empty_outbox_for_any_node() -> None:
     s = SchedulerState()
-    assert s.outbox["n1"] == [] and s.taken() == set() and s.statuses_by_node() == {}
+    assert s.outbox["n1"] == [] and s.taken() == set() and s.statuses("n1") == []
     s.outbox["n1"].append(replica_event("j.1.0", "j", 1, "started"))
     assert SchedulerState().outbox["n1"] == []  # no outbox is shared between states
 
