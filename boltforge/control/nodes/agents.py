@@ -168,8 +168,9 @@ def reconcile(
     forget_missing: bool,
     expected: dict[str, ReplicaRow] | None = None,
 ) -> tuple[list[str], Touched]:
-    """Replicas the node runs that the store does not expect are to be stopped; those it
-    expects and still had ``starting`` are adopted as running. With ``forget_missing`` (a
+    """Replicas the node runs that the store does not expect (or expects for another epoch)
+    are to be stopped; those it expects, of the same epoch, and still had ``starting`` are
+    adopted as running. With ``forget_missing`` (a
     fresh registration), replicas the store expects there but the node no longer has are
     lost, and a job whose every replica now runs moves to running (a heartbeat leaves that
     to the start reports already on their way). ``expected``: the node's live replicas by
@@ -188,7 +189,9 @@ def reconcile(
     adopted: set[str] = set()
     for st in running:
         rep = expected.get(st.replica)
-        if rep is not None and rep.state == "starting" and st.state == "running":
+        if rep is None or rep.epoch != st.epoch:
+            continue  # not this allocation's replica: to be stopped, never adopted
+        if rep.state == "starting" and st.state == "running":
             rep.state, rep.pid, rep.started_at = "running", st.pid, rep.started_at or now
             adopted.add(rep.job_id)
     if forget_missing:  # a restarted agent's start reports may be lost with its outbox

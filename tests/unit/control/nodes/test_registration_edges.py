@@ -199,8 +199,18 @@ def placed(bench: Bench, gpus: int = 8) -> str:
 def test_a_replica_reported_for_another_epoch_is_to_be_stopped(bench: Bench) -> None:
     job = placed(bench)
     [rep] = bench.replicas(job)
-    lease, _ = bench.register(rep.node, [running(rep, epoch=rep.epoch + 1)])
+    lease, touched = bench.register(rep.node, [running(rep, epoch=rep.epoch + 1)])
     assert lease.stop == [rep.id]
+    assert bench.replicas(job)[0].state == "starting"  # not taken for this epoch's start
+    assert touched.jobs == set()
+
+
+def test_a_heartbeat_does_not_adopt_a_replica_it_reports_for_another_epoch(bench: Bench) -> None:
+    job = placed(bench)
+    [rep] = bench.replicas(job)
+    lease, _ = bench.beat(rep.node, running=[running(rep, epoch=rep.epoch - 1).model_dump()])
+    assert lease.stop == [rep.id]
+    assert bench.replicas(job)[0].state == "starting"
 
 
 def test_a_replica_the_node_says_is_stopping_is_kept_and_not_adopted(bench: Bench) -> None:
