@@ -164,15 +164,16 @@ def _search(
     search = Search(churn=churn)
     cands = screening.candidates
     budget = churn.limit - churn.used
-    for domain, bound, deficit in _bounded_domains(state, job, need, cands, now, search):
+    table = _Table.of(cands, now)
+    for domain, bound, deficit in _bounded_domains(state, job, need, table, search):
         if search.best is not None and bound > search.best.cost + EPS:
             search.outbid += 1
             continue
         if deficit > budget:
             search.note_churn(churn.used + deficit)
             continue
-        actions = _actions(domain, need, cands, now, budget)
-        found = _best_in(need, state, domain, actions, bound, budget)
+        actions = _actions(domain, need, table, budget)
+        found = _best_in(need, state, domain, table, actions, bound, budget)
         if isinstance(found, Shortfall):
             search.short[found] += 1
         elif found.gpus > budget:
@@ -186,6 +187,7 @@ def _best_in(
     need: Need,
     state: FleetState,
     domain: Domain,
+    table: _Table,
     actions: list[Action],
     bound: float,
     budget: int,
@@ -199,7 +201,13 @@ def _best_in(
     first = free_domain(need, state, domain, actions)
     if isinstance(first, Shortfall) or (first.cost <= bound + EPS and first.gpus <= budget):
         return first
-    by_value = sorted(actions, key=lambda a: (round(a.cost / _inside(a, domain, need), 9), a.key()))
+    gpus = table.gpus_inside(domain, need)
+
+    def value(a: Action) -> tuple[float, tuple[tuple[int, ...], float, int, str]]:
+        freed = float(gpus[table.index[a.cand.id]]) if a.evicts else _inside(a, domain, need)
+        return round(a.cost / (freed or 1e-9), 9), table.key(a)
+
+    by_value = sorted(actions, key=value)
     second = free_domain(need, state, domain, by_value)
     if isinstance(second, Shortfall):
         return first
@@ -223,12 +231,7 @@ def _levels(job: Job) -> list[Level]:
 
 
 def _bounded_domains(
-    state: FleetState,
-    job: Job,
-    need: Need,
-    cands: Sequence[Candidate],
-    now: float,
-    search: Search,
+    state: FleetState, job: Job, need: Need, table: _Table, search: Search
 ) -> list[tuple[Domain, float, int]]:
     """Domains that could hold the gang once their candidates go, with a loss lower bound.
 
@@ -237,9 +240,10 @@ def _bounded_domains(
     Domains too small to hold the gang even when empty are left out. Sorted by bound, then
     tightest domain first.
     """
-    tree = state.tree
-    who, hosts, sizes = _grant_table(need, cands)
-    evict_cost = np.array([evict(c, now).cost for c in cands], dtype=np.float64)
+    tree, cands = state.tree, table.cands
+    keep = need.usable[table.hosts] & (table.sizes > 0)  # GPUs on hosts the gang may use
+    who, hosts, sizes = table.who[keep], table.hosts[keep], table.sizes[keep]
+    evict_cost = np.array([a.cost for a in table.evictions], dtype=np.float64)
     shrink_rate = np.array(
         [c.run.job.restart_overhead * c.weight if c.spare else np.inf for c in cands],
         dtype=np.float64,
@@ -279,18 +283,6 @@ def _same_as_narrower(state: FleetState, level: Level, index: int) -> bool:
     return level == Level.SPINE and len(tree.pod_names) == 1
 
 
-def _grant_table(need: Need, cands: Sequence[Candidate]) -> tuple[IntArray, IntArray, IntArray]:
-    """Candidate index, host and GPU count of every candidate grant on a usable host."""
-    rows = [
-        (i, g.host, len(g.gpus))
-        for i, c in enumerate(cands)
-        for g in c.grants
-        if g.gpus and need.usable[g.host]
-    ]
-    table = np.array(rows, dtype=np.int64).reshape(-1, 3)
-    return table[:, 0], table[:, 1], table[:, 2]
-
-
 def _knapsack(rates: FloatArray, gpus: IntArray, deficit: int) -> float | None:
     """Least cost of ``deficit`` GPUs bought fractionally at ``rates`` (None: too few GPUs)."""
     if deficit <= 0:
@@ -307,24 +299,59 @@ def _knapsack(rates: FloatArray, gpus: IntArray, deficit: int) -> float | None:
     return float((rates[:k] * gpus[:k]).sum() + (deficit - before) * rates[k])
 
 
-def _actions(
-    domain: Domain, need: Need, cands: Sequence[Candidate], now: float, budget: int
-) -> list[Action]:
+@dataclass(frozen=True, slots=True)
+class _Table:
+    """One search's candidates with their evictions, and the candidate and host of each of
+    their grants, so that finding the candidates inside a domain is one array lookup."""
+
+    cands: Sequence[Candidate]
+    evictions: list[Action]
+    keys: list[tuple[tuple[int, ...], float, int, str]]  # each eviction's ``Action.key``
+    index: dict[str, int]  # candidate position by job id
+    who: IntArray
+    hosts: IntArray
+    sizes: IntArray  # GPUs
+
+    @staticmethod
+    def of(cands: Sequence[Candidate], now: float) -> _Table:
+        rows = [(i, g.host, len(g.gpus)) for i, c in enumerate(cands) for g in c.grants]
+        table = np.array(rows, dtype=np.int64).reshape(-1, 3)
+        evictions = [evict(c, now) for c in cands]
+        keys = [a.key() for a in evictions]
+        index = {c.id: i for i, c in enumerate(cands)}
+        return _Table(cands, evictions, keys, index, table[:, 0], table[:, 1], table[:, 2])
+
+    def key(self, action: Action) -> tuple[tuple[int, ...], float, int, str]:
+        """``action.key()``, looked up for an eviction."""
+        return self.keys[self.index[action.cand.id]] if action.evicts else action.key()
+
+    def gpus_inside(self, domain: Domain, need: Need) -> FloatArray:
+        """Per candidate, its GPUs on the domain's hosts the gang may use."""
+        mask = domain.inside[self.hosts] & need.usable[self.hosts]
+        found = np.bincount(self.who[mask], weights=self.sizes[mask], minlength=len(self.cands))
+        return found.astype(np.float64, copy=False)
+
+    def inside(self, domain: Domain) -> list[int]:
+        """The candidates with a grant in ``domain``, in candidate order."""
+        found: list[int] = np.unique(self.who[domain.inside[self.hosts]]).tolist()
+        return found
+
+
+def _actions(domain: Domain, need: Need, table: _Table, budget: int) -> list[Action]:
     """Candidates' actions inside ``domain`` (shrink, then evict), in preference order.
 
     Actions that alone would preempt more GPUs than the churn ``budget`` left are left out.
     """
     out: list[Action] = []
-    for cand in cands:
-        if not any(domain.inside[g.host] for g in cand.grants):
-            continue
+    for i in table.inside(domain):
+        cand = table.cands[i]
         if cand.spare > 0:
             drop = shrink_candidates(cand, domain.inside, need.free)
             if drop:
                 out.append(shrink(cand, drop))
-        out.append(evict(cand, now))
+        out.append(table.evictions[i])
     out = [a for a in out if a.gpus <= budget]
-    out.sort(key=Action.key)
+    out.sort(key=table.key)
     return out
 
 
