@@ -648,9 +648,10 @@ class KubeScheduler:
         """Why each waiting pod waits, as ``PodScheduled=False`` and an event, when it
         changed since it was last said."""
         listed = {}
-        if self.state.job_of:
+        if self.state.job_of:  # only waiting jobs have words to say (``_why``)
             with suppress(ApiFailure, OSError):
-                listed = {j.id: j for j in (await asyncio.to_thread(self.api.jobs)).jobs}
+                waiting = await asyncio.to_thread(self.api.jobs, "pending")
+                listed = {j.id: j for j in waiting.jobs}
         for key, gang in all_gangs.items():
             text, reason = self._why(key, gang, listed)
             if not text:

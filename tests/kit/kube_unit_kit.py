@@ -227,7 +227,7 @@ class FakeJobs:
             raise ApiFailure(404, f"no job {job}")
         return SimpleNamespace(id=job, state=self.states[job])
 
-    def jobs(self) -> Any:
+    def jobs(self, state: str | None = None) -> Any:
         rows = [
             SimpleNamespace(
                 id=j,
@@ -236,6 +236,7 @@ class FakeJobs:
                 reason=self.queue.get(j, (None, ""))[1],
             )
             for j, s in self.states.items()
+            if state is None or s == state
         ]
         return SimpleNamespace(jobs=rows)
 

@@ -413,7 +413,7 @@ def test_a_job_list_that_fails_leaves_the_pods_unexplained_until_it_works(r: Rig
     r.gang("llm", 1)
     listing = r.jobs.jobs
 
-    def down() -> None:
+    def down(state: str | None = None) -> None:
         raise ApiFailure(0, "unreachable")
 
     r.jobs.jobs = down  # type: ignore[method-assign]
