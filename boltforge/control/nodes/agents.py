@@ -170,11 +170,11 @@ def reconcile(
 ) -> tuple[list[str], Touched]:
     """Replicas the node runs that the store does not expect (or expects for another epoch)
     are to be stopped; those it expects, of the same epoch, and still had ``starting`` are
-    adopted as running. With ``forget_missing`` (a
-    fresh registration), replicas the store expects there but the node no longer has are
-    lost, and a job whose every replica now runs moves to running (a heartbeat leaves that
-    to the start reports already on their way). ``expected``: the node's live replicas by
-    id, when the caller has read them already."""
+    adopted as running. With ``forget_missing`` (a fresh registration), replicas the store
+    expects there but the node no longer has are lost, and a job whose every replica now
+    runs moves to running (a heartbeat leaves that to the start reports already on their
+    way). ``expected``: the node's live replicas by id, when the caller has read them
+    already."""
     if expected is None:
         query = select(ReplicaRow).where(
             ReplicaRow.node == node.name, ReplicaRow.state.in_(LIVE_REPLICA)

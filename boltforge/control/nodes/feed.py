@@ -63,16 +63,13 @@ class Feed:
         return renewed
 
     async def report(self, node: str, body: AgentReport, now: float) -> tuple[list[str], Touched]:
-        """Replica events, log chunks and progress from ``node``; returns the refused
-        replica ids and what changed. Raises ``SessionMismatch`` as ``heartbeat`` does."""
-
-        def change(s: Session) -> tuple[list[str], Touched]:
-            protocol.current_in(self.scheduler.mirror, node, body.session)
-            return _apply_report(s, node, body, now)
-
-        refused, touched = await self.writes.write_async(change, _reads({node: body}))
-        self._after([body], touched)
-        return refused, touched
+        """Replica events, log chunks and progress from ``node`` (``reports`` of one);
+        returns the refused replica ids and what changed. Raises ``SessionMismatch`` as
+        ``heartbeat`` does."""
+        done = await self.reports({node: body}, now)
+        if done.lost:
+            raise protocol.SessionMismatch(node)
+        return done.refused[node], done.touched
 
     async def reports(self, batch: dict[str, AgentReport], now: float) -> Reported:
         """Many nodes' reports (``report`` each) in one change of the store; a node whose
@@ -92,15 +89,12 @@ class Feed:
             return out
 
         done = await self.writes.write_async(change, _reads(batch))
-        self._after([b for n, b in batch.items() if n not in done.lost], done.touched)
-        return done
-
-    def _after(self, applied: list[AgentReport], touched: Touched) -> None:
-        events = [ev for body in applied for ev in body.events]
+        events = [ev for n, body in batch.items() if n not in done.lost for ev in body.events]
         if events:
-            self.scheduler.announce(touched)
+            self.scheduler.announce(done.touched)
         if any(ev.kind != "started" for ev in events):
             self.scheduler.wake()  # GPUs freed or a job ended: the plan may change
+        return done
 
 
 @dataclass
