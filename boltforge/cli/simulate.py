@@ -217,6 +217,7 @@ def simulate_command(
         sys.stdout.write(markdown_table(metrics))
         if cost:
             sys.stdout.write("\n" + cost_markdown(metrics))
+        errors.print(_wall_line(wall, results), highlight=False)  # stderr: the page is stdout
         return
     _print_table(metrics, wall, results)
     if cost:
@@ -423,8 +424,15 @@ def _print_table(metrics: dict[str, Metrics], wall: float, results: dict[str, Si
             for n, m in metrics.items()
         )
         console.print(f"elastic jobs: {counts}", highlight=False)
-    rates = ", ".join(f"{n} {len(r.jobs) / max(r.wall_s, 1e-9):,.0f}" for n, r in results.items())
-    console.print(f"wall {wall:.1f} s; jobs simulated per second: {rates}", highlight=False)
+    console.print(_wall_line(wall, results), highlight=False)
+
+
+def _wall_line(wall: float, results: dict[str, SimResult]) -> str:
+    """How long the replays took: in all, and each run's own time and jobs per second."""
+    runs = ", ".join(
+        f"{n} {r.wall_s:.1f} ({len(r.jobs) / max(r.wall_s, 1e-9):,.0f})" for n, r in results.items()
+    )
+    return f"wall {wall:.1f} s; each run, seconds (jobs/s): {runs}"
 
 
 # The columns of ``--markdown``: every comparison figure but the job counts, dollars and the

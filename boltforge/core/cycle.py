@@ -24,6 +24,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from operator import attrgetter
+
+import numpy as np
 
 from boltforge.core.decisions import (
     Bind,
@@ -157,7 +160,7 @@ def run_cycle(
     p.reservations = list(reservations)
     p.estimates_left = policy.estimate_waits if explain else 0
     p.explain = explain
-    tail = None if explain else _Tail.of(ordered, policy)
+    tail = None if explain else _Tail(ordered, policy)
     for position, job in enumerate(ordered):
         if tail is not None and tail.none_can_start(p, position):
             p.unseen = len(ordered) - position  # they wait; nobody reads why
@@ -175,46 +178,69 @@ def run_cycle(
     )
 
 
-@dataclass(frozen=True)
+_TOTAL_GPUS, _PRIORITY = attrgetter("total_gpus"), attrgetter("priority")
+
+
 class _Tail:
     """What the jobs from each queue position to the end need at least, so that a pass
     nobody reads the reasons of can stop once none of them can start: the fewest GPUs any of
     them wants, the most important class among them, and whether any is elastic or has GPUs
-    held for its restart (those take paths of their own)."""
+    held for its restart (those take paths of their own).
 
-    min_gpus: list[int]
-    min_class: list[int]
-    own_path: list[bool]
+    The suffixes are built (once, vectorized) only when a job too big for the free GPUs is
+    reached: while the job at a position can start by size or takes a path of its own, no
+    job from there on is ruled out, and most passes end before the suffixes are ever needed.
+    """
 
-    @staticmethod
-    def of(ordered: list[Job], policy: Policy) -> _Tail:
-        n = len(ordered)
-        min_gpus, min_class, own_path = [0] * n, [0] * n, [False] * n
-        gpus, klass, own = 1 << 30, 1 << 30, False
-        for i in range(n - 1, -1, -1):
-            job = ordered[i]
-            gpus, klass = min(gpus, job.gpus), min(klass, job.priority)
-            own = own or _own_path(policy, job)
-            min_gpus[i], min_class[i], own_path[i] = gpus, klass, own
-        return _Tail(min_gpus, min_class, own_path)
+    def __init__(self, ordered: list[Job], policy: Policy) -> None:
+        self.ordered, self.policy = ordered, policy
+        self._suffixes: tuple[list[int], list[int], list[bool]] | None = None
 
     def none_can_start(self, p: _Pass, i: int) -> bool:
         """Whether no job from position ``i`` on can start in this pass: strict order is
         blocked, or each of them ``_cannot_start``."""
         if p.head_blocked is not None:
             return True
-        return _cannot_start(p, self.min_gpus[i], self.min_class[i], self.own_path[i], True)
+        job = self.ordered[i]
+        if job.gpus <= _open_gpus(p) or _own_path(self.policy, job):
+            return False  # this one may start, so the rest are not ruled out
+        min_gpus, min_class, own_path = self._suffix()
+        return _cannot_start(p, min_gpus[i], min_class[i], own_path[i], True)
+
+    def _suffix(self) -> tuple[list[int], list[int], list[bool]]:
+        if self._suffixes is None:
+            jobs, n = self.ordered, len(self.ordered)
+            gangs = [j.gang for j in jobs]
+            gpus = np.fromiter(map(_TOTAL_GPUS, gangs), np.int64, n)[::-1]
+            klass = np.fromiter(map(_PRIORITY, gangs), np.int64, n)[::-1]
+            own = np.zeros(n, np.bool_)
+            for i, j in enumerate(jobs):
+                if j.held is not None or (self.policy.elastic and j.elastic is not None):
+                    own[i] = True  # _own_path
+            own = own[::-1]
+            self._suffixes = (
+                np.minimum.accumulate(gpus)[::-1].tolist(),
+                np.minimum.accumulate(klass)[::-1].tolist(),
+                np.logical_or.accumulate(own)[::-1].tolist(),
+            )
+        return self._suffixes
 
 
 def schedule_arrival(
-    snap: Snapshot, job: Job, policy: Policy, reservations: tuple[Reserve, ...]
+    snap: Snapshot,
+    job: Job,
+    policy: Policy,
+    reservations: tuple[Reserve, ...],
+    explain: bool = True,
 ) -> CycleResult:
     """Incremental pass for one arrival: place ``job`` now if it fits without delaying any
-    reservation of the last full pass, else leave it waiting with its reason. Jobs already
+    reservation of the last full pass, else leave it waiting with its reason (and, with
+    ``explain``, a start estimate; without, as in ``run_cycle``, neither). Jobs already
     pending keep their places; the next full pass re-orders everything."""
     p = _new_pass(snap, policy, {q: dict(pools) for q, pools in snap.held.items()})
     p.reservations = list(reservations)
-    p.estimates_left = 1
+    p.estimates_left = 1 if explain else 0
+    p.explain = explain
     _consider(p, job, len(snap.pending), may_reserve=False)
     return CycleResult(
         binds=tuple(p.binds),

@@ -250,7 +250,9 @@ class Simulation:
             else:
                 others = tuple(j for j in others if j is not job)
             self._apply(
-                schedule_arrival(self._snapshot(others), job, self.policy, self.reservations)
+                schedule_arrival(
+                    self._snapshot(others), job, self.policy, self.reservations, explain=False
+                )
             )
 
     def _full_pass(self) -> None:
