@@ -51,7 +51,8 @@ from boltforge.core.placement.modes import (
     place_now,
     when_and_where,
 )
-from boltforge.core.placement.place import Outcome
+from boltforge.core.placement.patience import tighter, worth_waiting
+from boltforge.core.placement.place import Decision, Outcome
 from boltforge.core.placement.recovery import recover
 from boltforge.core.placement.routing import Route, RoutingFacts, fences, note_for, route_job
 from boltforge.core.placement.single import plan_on_host
@@ -332,6 +333,8 @@ def _consider_one(
     if placement is None and (p.explain or job.gpus <= _open_gpus(p)):
         placement, reasons, never = _place(p, job.gang, blocked, upcoming, route)
     if placement is not None:
+        if p.policy.patience and _waits_for_tight(p, job, placement, position, may_reserve):
+            return
         verdict = _admit(p, job, placement)  # 4. admit
         if not verdict.ok:
             p.waiting.append(Waiting(job.id, position, WaitReason.QUOTA, (verdict.reason,)))
@@ -699,18 +702,69 @@ def _may_reserve(p: _Pass) -> bool:
 
 def _reserve(p: _Pass, job: Job, position: int, reasons: tuple[str, ...]) -> bool:
     """Reserve the earliest start for ``job`` that no earlier reservation's hosts block."""
+    decision = _earliest_unreserved(p, job.gang)
+    if decision is None:
+        return False
+    _promise(p, job, position, decision, reasons)
+    return True
+
+
+def _earliest_unreserved(p: _Pass, gang: Gang) -> Decision | None:
+    """When and where ``gang`` starts earliest outside every reservation's hosts, when that
+    is later than now (None: now, or never)."""
     trial = p.work.copy()
     for res in p.reservations:
         trial.cordoned[list(res.hosts)] = True
-    decision = when_and_where(trial, job.gang, p.now, p.explain)
+    decision = when_and_where(trial, gang, p.now, p.explain)
     if decision.outcome != Outcome.LATER or decision.placement is None:
-        return False
+        return None
+    return decision
+
+
+def _promise(
+    p: _Pass, job: Job, position: int, decision: Decision, reasons: tuple[str, ...]
+) -> None:
+    """Reserve ``decision``'s start and placement for ``job``, which waits for it."""
+    assert decision.placement is not None
     start = decision.start_time if decision.start_time is not None else p.now
     hosts = frozenset(g.host for g in decision.placement.grants)
     p.reservations.append(Reserve(job.id, start, decision.placement, hosts))
     when = span(max(start - p.now, 0.0))
     detail = (*reasons, f"reserved: starts in {when} (as of this pass) on {len(hosts)} host(s)")
     p.waiting.append(Waiting(job.id, position, WaitReason.RESERVED, detail, start, "reservation"))
+
+
+def _waits_for_tight(
+    p: _Pass, job: Job, placement: Placement, position: int, may_reserve: bool
+) -> bool:
+    """Leave ``job`` waiting for a tight placement instead of starting it on the wider
+    ``placement`` now, when the tight one finishes sooner (``placement/patience.py``). A
+    full pass reserves the tight placement, so only a job a reservation is left for waits; an
+    arrival's pass reserves nothing, so the job waits for the next full pass to. A job with
+    no expected runtime starts now."""
+    runtime = job.expected_runtime()
+    if runtime is None or (may_reserve and not _may_reserve(p)):
+        return False
+    tight = tighter(p.work.tree, job.gang, placement)
+    if tight is None:
+        return False
+    decision = _earliest_unreserved(p, tight.gang)
+    if decision is None or decision.start_time is None:
+        return False
+    start = decision.start_time
+    if not worth_waiting(runtime, tight.factor, start, p.now):
+        return False
+    wait, level = start - p.now, tight.level
+    why = (
+        f"waits for one {level}: started now it would span {level}s and run "
+        f"{tight.factor:.1f}x slower, done in {span(runtime * tight.factor)}; in one "
+        f"{level} it starts in {span(wait)}, done in {span(wait + runtime)}",
+    )
+    if may_reserve:
+        _promise(p, job, position, decision, why)
+    else:
+        basis = "when-and-where"
+        p.waiting.append(Waiting(job.id, position, WaitReason.TOPOLOGY, why, start, basis))
     return True
 
 

@@ -43,6 +43,8 @@ class Policy:
     discrete queues) and ``starvation_s`` (a job waiting this long is promoted to the top queue).
     ``size``: under FAIR ordering, rank jobs inside a class by aged work left with fair share
     folded in (``core/queueing/shortest.py``) instead of by fair share, then arrival.
+    ``patience``: a gang whose best placement now is wider than the empty fleet's waits for a
+    tight one when that finishes sooner (``core/placement/patience.py``).
     """
 
     name: str
@@ -63,6 +65,7 @@ class Policy:
     preempt_rules: PreemptRules = field(default_factory=PreemptRules)
     preempt_attempts: int = 8
     size: SizeRule | None = None
+    patience: bool = False
 
     def with_(self, **changes: object) -> Policy:
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -81,7 +84,7 @@ _ARRIVAL = Policy(
 )
 
 POLICIES: dict[str, Policy] = {
-    "default": Policy("default", size=SHORTEST_AGED),
+    "default": Policy("default", size=SHORTEST_AGED, patience=True),
     "fifo": _ARRIVAL.with_(name="fifo", strict_order=True),  # head-of-line blocking
     "slurm-like": _ARRIVAL.with_(
         name="slurm-like", ordering=Ordering.PRIORITY, backfill=Backfill.EASY, reservations=1
