@@ -742,11 +742,11 @@ def _waits_for_tight(
     full pass reserves the tight placement, so only a job a reservation is left for waits; an
     arrival's pass reserves nothing, so the job waits for the next full pass to. A job with
     no expected runtime starts now."""
-    runtime = job.expected_runtime()
-    if runtime is None or (may_reserve and not _may_reserve(p)):
-        return False
     tight = tighter(p.work.tree, job.gang, placement)
     if tight is None:
+        return False
+    runtime = job.expected_runtime()
+    if runtime is None or (may_reserve and not _may_reserve(p)):
         return False
     decision = _earliest_unreserved(p, tight.gang)
     if decision is None or decision.start_time is None:

@@ -53,9 +53,9 @@ def tighter(tree: TopologyTree, gang: Gang, placement: Placement) -> Tighter | N
     """The tight form of ``gang`` when ``placement`` runs slower than the empty fleet's
     placement of it would (None: it is as tight as the fleet allows, or the gang already
     requires a domain)."""
-    if gang.topology.required is not None:
-        return None
     now = widest(placement.cost.hops)
+    if STEP_FACTOR[now] <= 1.0 or gang.topology.required is not None:
+        return None  # full speed already, or inside the domain the gang asked for
     ideal = ideal_widest(tree, gang)
     factor = STEP_FACTOR[now] / STEP_FACTOR[ideal]
     if factor <= 1.0 or ideal == "host":
