@@ -741,7 +741,8 @@ def _waits_for_tight(
     ``placement`` now, when the tight one finishes sooner (``placement/patience.py``). A
     full pass reserves the tight placement, so only a job a reservation is left for waits; an
     arrival's pass reserves nothing, so the job waits for the next full pass to. A job with
-    no expected runtime starts now."""
+    no expected runtime starts now, and so does one whose tight start waits for a job past
+    its own expected end (``_overdue``)."""
     tight = tighter(p.work.tree, job.gang, placement)
     if tight is None:
         return False
@@ -749,7 +750,7 @@ def _waits_for_tight(
     if runtime is None or (may_reserve and not _may_reserve(p)):
         return False
     decision = _earliest_unreserved(p, tight.gang)
-    if decision is None or decision.start_time is None:
+    if decision is None or decision.start_time is None or _overdue(p, decision.waits_for):
         return False
     start = decision.start_time
     if not worth_waiting(runtime, tight.factor, start, p.now):
@@ -766,6 +767,16 @@ def _waits_for_tight(
         basis = "when-and-where"
         p.waiting.append(Waiting(job.id, position, WaitReason.TOPOLOGY, why, start, basis))
     return True
+
+
+def _overdue(p: _Pass, jobs: Iterable[str]) -> bool:
+    """Whether one of ``jobs`` runs past its expected end: when it ends is then unknown, so
+    a start that waits for it is no promise (and waiting could go on for ever)."""
+    for job in jobs:
+        held = p.work.allocations.get(job)
+        if held is not None and held.expected_end is not None and held.expected_end <= p.now:
+            return True
+    return False
 
 
 def _classify(p: _Pass, job: Job, blocked: frozenset[int]) -> WaitReason:

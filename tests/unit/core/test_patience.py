@@ -79,6 +79,7 @@ def test_a_gang_waits_for_one_rack_that_frees_soon_and_holds_it() -> None:
     [
         (3 * HOUR, 4 * HOUR, "the rack frees too late: 3 h + 4 h is after 4 h x 1.5"),
         (600.0, None, "no runtime is known: nothing to weigh"),
+        (-60.0, 4 * HOUR, "the rack's job runs past its expected end: when it ends is unknown"),
     ],
 )
 def test_a_gang_starts_across_racks_now_when_waiting_does_not_pay(
