@@ -214,11 +214,7 @@ class _Tail:
             gangs = [j.gang for j in jobs]
             gpus = np.fromiter(map(_TOTAL_GPUS, gangs), np.int64, n)[::-1]
             klass = np.fromiter(map(_PRIORITY, gangs), np.int64, n)[::-1]
-            own = np.zeros(n, np.bool_)
-            for i, j in enumerate(jobs):
-                if j.held is not None or (self.policy.elastic and j.elastic is not None):
-                    own[i] = True  # _own_path
-            own = own[::-1]
+            own = np.fromiter((_own_path(self.policy, j) for j in jobs), np.bool_, n)[::-1]
             self._suffixes = (
                 np.minimum.accumulate(gpus)[::-1].tolist(),
                 np.minimum.accumulate(klass)[::-1].tolist(),
