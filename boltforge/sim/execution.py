@@ -43,21 +43,17 @@ from boltforge.core.model.state import Grant
 from boltforge.core.model.topology import TopologyTree
 from boltforge.core.placement.answers import Placement
 from boltforge.core.placement.crossing import role_cost
+from boltforge.core.placement.patience import STEP_FACTOR
+from boltforge.core.placement.patience import widest as _widest
 
-SPEED = {"host": 1.0, "rack": 1.0, "pod": 1.5, "spine": 2.2}
+# The step-time factors the cycle's patience weighs placements by: the replay charges the same.
+SPEED = STEP_FACTOR
 OFF_RAIL = 0.1
 
 
 def widest(placement: Placement) -> str:
     """The widest level a placement's rings cross: host, rack, pod or spine."""
     return _widest(placement.cost.hops)
-
-
-def _widest(hops: Mapping[str, int]) -> str:
-    for level in ("spine", "pod", "rack"):
-        if hops.get(level, 0) > 0:
-            return level
-    return "host"
 
 
 def slowdown(placement: Placement, ideal: Placement | None) -> float:

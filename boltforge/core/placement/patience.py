@@ -4,8 +4,8 @@ A gang whose best free placement crosses a wider level than the empty fleet woul
 (racks where one rack would hold it, pods where one pod would) runs its collectives over the
 slower links for its whole run. Its step time, by the widest level its rings cross, is
 ``STEP_FACTOR`` times that of a gang inside one rack: the published step times of
-data-parallel training (about 1.5x across racks through the spine, 2.2x across pods), the
-same figures the simulator charges (``boltforge/sim/execution.py``).
+data-parallel training (about 1.5x across racks through the spine, 2.2x across pods); the
+simulator charges the same (``boltforge/sim/execution.py`` reads them from here).
 
 With ``T`` the gang's expected runtime on a tight placement, starting wide now finishes at
 ``now + T * factor``, and waiting for the earliest tight placement at ``start + T``. Waiting

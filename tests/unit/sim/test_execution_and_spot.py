@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from boltforge.core.placement.patience import widest as _widest
 from boltforge.sim.execution import (
     OFF_RAIL,
     SPEED,
     Segment,
     SegmentOutcome,
     _factor,
-    _widest,
     evacuated,
     finished,
     interrupted,
