@@ -40,6 +40,7 @@ from pathlib import Path
 
 from boltforge.agent.processes import ReplicaPaths, safe_name
 from boltforge.agent.processes import exit_fields as process_exit
+from boltforge.agent.sharing import gpus_used, share_env
 from boltforge.wire.agent import ReplicaSpec
 
 log = logging.getLogger("boltforge.agent")
@@ -201,7 +202,9 @@ def container_env(spec: ReplicaSpec, base: Mapping[str, str], devices: list[str]
     env = {"PYTHONUNBUFFERED": "1", "HOME": SCRATCH, "TMPDIR": SCRATCH, **spec.env}
     env.update({k: v for k, v in base.items() if k.startswith("BOLT_")})
     env.update(BOLT_CHECKPOINT_DIR=CHECKPOINT, BOLT_PROGRESS_FILE=PROGRESS)
-    visible = range(len(spec.gpus)) if devices else spec.gpus
+    env.update(share_env(spec))
+    used = gpus_used(spec)
+    visible = range(len(used)) if devices else used
     env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in visible)
     return env
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from boltforge.agent.sharing import gpus_used, share_env
 from boltforge.wire.agent import ReplicaSpec
 
 
@@ -69,10 +70,11 @@ def replica_env(spec: ReplicaSpec, paths: ReplicaPaths, base: Mapping[str, str])
     env = {**base, "PYTHONUNBUFFERED": "1", **spec.env}
     env.update(marks(spec))
     env.update(
-        CUDA_VISIBLE_DEVICES=",".join(str(g) for g in spec.gpus),
+        CUDA_VISIBLE_DEVICES=",".join(str(g) for g in gpus_used(spec)),
         BOLT_CHECKPOINT_DIR=str(paths.checkpoint),
         BOLT_PROGRESS_FILE=str(paths.progress),
         BOLT_SHM_PREFIX=shm_prefix(spec),
+        **share_env(spec),
     )
     return env
 

@@ -65,6 +65,7 @@ from boltforge.agent.processes import (
     spawn,
 )
 from boltforge.agent.replica import Replica
+from boltforge.agent.sharing import gpus_used
 from boltforge.wire.agent import ReplicaSpec, ReplicaStatus
 
 log = logging.getLogger("boltforge.agent")
@@ -160,7 +161,7 @@ class AgentRuntime:
                 "one the node has"
             )
         files = replica.paths
-        devices = gpu_devices(spec.gpus)
+        devices = gpu_devices(gpus_used(spec))
         hand_over(files, engine.user)
         write_env_file(files.env_file, container_env(spec, env, devices))
         name = container_name(spec)
@@ -172,7 +173,7 @@ class AgentRuntime:
         """Whether ``replica`` may start; reports it ``failed`` when it may not."""
         if self.preflight is None:
             return True
-        verdict = await self.preflight.run(replica.spec.gpus, {**env, "BOLT_HOOK": "prolog"})
+        verdict = await self.preflight.run(gpus_used(replica.spec), {**env, "BOLT_HOOK": "prolog"})
         if not verdict.ok:
             self._not_started(replica, f"preflight failed: {verdict.evidence}", preflight=True)
         return verdict.ok
@@ -223,7 +224,7 @@ class AgentRuntime:
 
     def busy_gpus(self) -> set[int]:
         """The GPUs held by this node's live processes (running or still stopping)."""
-        return {g for r in self.live.values() for g in r.spec.gpus}
+        return {g for r in self.live.values() for g in gpus_used(r.spec)}
 
     async def wait_all(self, timeout_s: float) -> None:
         """Wait until every live replica has exited; SIGKILL what is left after ``timeout_s``."""

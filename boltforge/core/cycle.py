@@ -70,6 +70,7 @@ from boltforge.core.queueing.estimates import fill_estimates
 from boltforge.core.queueing.fairshare import order as fair_order
 from boltforge.core.queueing.ordering import FairOrder, las_queue, order_jobs
 from boltforge.core.queueing.quota import QuotaTree, Verdict, admit, reclaimable_for
+from boltforge.core.sharing.place import as_placement, is_shared, place_shares
 
 # Lookahead window: how many jobs behind the one being placed it checks (policy.lookahead
 # bounds how far down the queue lookahead runs at all).
@@ -308,6 +309,9 @@ def _consider(
 def _consider_one(
     p: _Pass, job: Job, position: int, may_reserve: bool, upcoming: tuple[Gang, ...]
 ) -> None:
+    if is_shared(job.gang):
+        _consider_shared(p, job, position)
+        return
     if _hopeless(p, job, may_reserve):
         p.waiting.append(Waiting(job.id, position, WaitReason.CAPACITY, ()))
         return
@@ -359,6 +363,22 @@ def _consider_one(
     basis = "when-and-where" if estimate is not None else ""
     p.failed_shapes.setdefault(shape, (reason, reasons))
     p.waiting.append(Waiting(job.id, position, reason, reasons, estimate, basis))  # 8. wait
+
+
+def _consider_shared(p: _Pass, job: Job, position: int) -> None:
+    """A job of GPU shares (MIG instances, fractions): bound now or left waiting; it neither
+    preempts nor reserves (``core/sharing/place.py``)."""
+    plan = place_shares(p.work, job.gang)
+    if plan.grants is None:
+        reason = WaitReason.NEVER if plan.never else WaitReason.CAPACITY
+        p.waiting.append(Waiting(job.id, position, reason, plan.notes))
+        return
+    placement = as_placement(p.work, job.id, job.gang, plan)
+    verdict = _admit(p, job, placement)
+    if not verdict.ok:
+        p.waiting.append(Waiting(job.id, position, WaitReason.QUOTA, (verdict.reason,)))
+        return
+    _bind(p, job, placement, position, borrowed=verdict.borrowed)
 
 
 def _release_hold(p: _Pass, job: Job) -> Allocation | None:
@@ -509,13 +529,14 @@ def count_holding(held: dict[str, dict[str, int]], tree: TopologyTree, run: Runn
 
 
 def gpus_by_pool(tree: TopologyTree, grants: Iterable[Grant]) -> dict[str, int]:
-    """GPUs per pool name held by ``grants`` (what quotas count)."""
+    """GPUs per pool name held by ``grants`` (what quotas count; a share of a GPU counts as
+    one, so shares never let a queue past its quota)."""
     out: dict[str, int] = {}
     pool_name = tree.host_lists.pool_name
     for g in grants:
-        if g.gpus:
+        if g.gpus or g.share is not None:
             name = pool_name[g.host]
-            out[name] = out.get(name, 0) + len(g.gpus)
+            out[name] = out.get(name, 0) + (len(g.gpus) or 1)
     return out
 
 

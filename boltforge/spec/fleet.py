@@ -16,6 +16,7 @@ from pydantic import (
 
 from boltforge.core.model.levels import DEFAULT_WEIGHTS, CrossingWeights
 from boltforge.core.model.topology import HostLayout, Pool, Tier, TopologyTree
+from boltforge.core.sharing import mig
 from boltforge.spec.errors import Problem, SpecError, from_validation
 from boltforge.spec.loader import read_yaml
 from boltforge.spec.units import seconds
@@ -77,7 +78,9 @@ class PoolSpec(_Strict):
     """One node pool. ``nvlink_island`` is GPUs per NVLink domain (1 means PCIe only).
     ``class`` is what its hosts are for (gpu, cpu or storage; by default gpu with GPUs, cpu
     without); a storage pool declares its hosts' local ``storage_gb`` and ``storage_gbps``.
-    ``price_per_vcpu_hour`` prices the CPUs jobs hold there."""
+    ``price_per_vcpu_hour`` prices the CPUs jobs hold there. ``mig: true`` lets its GPUs be
+    cut into MIG instances (A100-40GB, A100-80GB, H100-80GB); ``mig_layout`` lists the
+    instances each GPU is cut into now (e.g. ``[3g.40gb, 2g.20gb, 1g.10gb, 1g.10gb]``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -97,6 +100,8 @@ class PoolSpec(_Strict):
     storage_gbps: float = Field(0.0, ge=0)
     layout: Layout = Layout()
     reclaim: ReclaimSpec | None = None
+    mig: bool = False
+    mig_layout: list[str] = []
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -122,6 +127,7 @@ class PoolSpec(_Strict):
                 f"pool {self.name}: nvlink_island {island} does not divide gpus_per_host "
                 f"{self.gpus_per_host}. To fix: use a divisor such as {self.gpus_per_host // 2}"
             )
+        _check_mig(self.name, self.gpu, self.gpu_memory_gb, self.mig, self.mig_layout)
         return self
 
     @property
@@ -146,7 +152,30 @@ class PoolSpec(_Strict):
             storage_gb=self.storage_gb,
             storage_gbps=self.storage_gbps,
             price_per_vcpu_hour=self.price_per_vcpu_hour,
+            mig=self.mig,
+            mig_layout=tuple(self.mig_layout),
         )
+
+
+def _check_mig(pool: str, gpu: str, memory_gb: float, on: bool, layout: list[str]) -> None:
+    """Raise ``ValueError`` (with the fix) when a pool's MIG settings do not fit its GPUs."""
+    if layout and not on:
+        raise ValueError(f"pool {pool} has a `mig_layout` but not `mig: true`. To fix: add it")
+    if not on:
+        return
+    model = mig.model_of(gpu, memory_gb)
+    if model is None:
+        known = ", ".join(mig.MODELS)
+        raise ValueError(
+            f"pool {pool}: {gpu} with {memory_gb:g} GB has no MIG profiles here. "
+            f"To fix: remove `mig`, or use one of {known}"
+        )
+    try:
+        mig.layout(model, layout)
+    except ValueError as err:
+        raise ValueError(
+            f"pool {pool}: mig_layout {err}. To fix: list profiles that fit one GPU together"
+        ) from None
 
 
 def _check_class(pool: str, node_class: str | None, gpus: int, storage_gb: float) -> None:

@@ -19,6 +19,7 @@ from pydantic import (
 
 from boltforge.core.model.gang import SpotPolicy, TopologyRule
 from boltforge.core.model.levels import Level
+from boltforge.core.sharing.share import ShareAsk
 from boltforge.spec import units
 from boltforge.spec.errors import Problem, SpecError, from_validation
 from boltforge.spec.loader import read_yaml
@@ -26,6 +27,7 @@ from boltforge.spec.loader import read_yaml
 # How `priority: high|normal|low` maps onto priority classes (0 serving, 1 production training,
 # 2 interactive/debug, 3 batch/research). An integer 0-3 names a class directly.
 PRIORITY_CLASSES = {"serving": 0, "high": 1, "normal": 2, "interactive": 2, "low": 3, "batch": 3}
+MIG_PROFILE = re.compile(r"^[1-7]g\.\d+gb$")  # e.g. 1g.10gb, 3g.40gb
 SHORTHAND = re.compile(r"^\s*(\d+)\s*[xX]\s*([A-Za-z0-9][A-Za-z0-9_.-]*)\s*$")
 NAME = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 # Restarts after failures not of the job's making (its node died or stopped it) before it fails.
@@ -94,13 +96,52 @@ class HealthSpec(_Strict):
 
 
 class GpuNeed(_Strict):
-    """Which GPUs a role accepts: model names (prefixes like ``A100`` match ``A100-80GB``)."""
+    """Which GPUs a role accepts: model names (prefixes like ``A100`` match ``A100-80GB``).
+
+    Or part of one GPU per replica: ``mig``, a MIG profile (``1g.10gb``, ``3g.40gb``, ...),
+    or ``fraction`` of a GPU (time-sliced or MPS) with at most ``memory_gb`` of its memory
+    (unset: that fraction of the GPU's memory)."""
 
     types: list[str] = []
     min_memory_gb: float = Field(0, ge=0)
+    mig: str | None = None
+    fraction: float | None = Field(None, gt=0, lt=1)
+    memory_gb: float | None = Field(None, gt=0)
+
+    @field_validator("mig")
+    @classmethod
+    def _profile(cls, value: str | None) -> str | None:
+        if value is not None and not MIG_PROFILE.match(value):
+            raise ValueError(
+                "must be a MIG profile, COMPUTEg.MEMORYgb. To fix: e.g. `1g.10gb` or `3g.40gb`"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _one_share(self) -> Self:
+        if self.mig and self.fraction is not None:
+            raise ValueError(
+                "asks for both a MIG instance and a fraction. To fix: keep `mig` or `fraction`"
+            )
+        if self.memory_gb is not None and self.fraction is None:
+            raise ValueError(
+                "memory_gb caps a fractional share. To fix: add `fraction: 0.5`, or use "
+                "`min_memory_gb` for whole GPUs"
+            )
+        return self
+
+    def share(self) -> ShareAsk | None:
+        """The part of a GPU each replica asks for (None: whole GPUs)."""
+        if self.mig:
+            return ShareAsk(profile=self.mig)
+        if self.fraction is not None:
+            return ShareAsk(fraction=self.fraction, memory_gb=self.memory_gb or 0.0)
+        return None
 
 
 def _gpu_field(value: Any) -> Any:
+    if isinstance(value, str) and MIG_PROFILE.match(value):
+        return {"mig": value}
     if isinstance(value, str):
         return {"types": [value]}
     if isinstance(value, list):
@@ -125,6 +166,11 @@ class RoleSpec(_Strict):
 
     @model_validator(mode="after")
     def _tensor_divides(self) -> Self:
+        if self.gpu.share() is not None and self.gpus > 1:
+            raise ValueError(
+                f"each replica holds one share of a GPU, not {self.gpus} GPUs. To fix: drop "
+                "`gpus` and set `replicas` to the number of shares"
+            )
         tp = self.parallelism.tensor
         if tp > 1 and (self.gpus == 0 or self.gpus % tp):
             raise ValueError(
@@ -226,7 +272,13 @@ class JobSpec(_Strict):
                 "give either `roles` or the one-role `gpus`, not both. "
                 "To fix: move the GPUs into a role"
             )
-        if not self.roles and self.gpus is None and not (self.cpus or self.storage_gb):
+        if self.gpu.share() is not None and self.gpus not in (None, 1, "1"):
+            raise ValueError(
+                "a job asking for part of a GPU runs one replica. To fix: drop `gpus`, or use "
+                "`roles` with `replicas` for several shares"
+            )
+        shared = self.gpu.share() is not None
+        if not self.roles and self.gpus is None and not (self.cpus or self.storage_gb or shared):
             raise ValueError(
                 "the job asks for nothing. To fix: add `gpus: 8`, `cpus: 4` or `storage_gb` "
                 "(or `roles`)"
@@ -263,6 +315,9 @@ def parse_job(data: object, source: str = "job") -> JobSpec:
                 )
             ],
         )
+    if data.get("kind") == "service":
+        message = "this file is a service. To fix: run it with `bolt serve FILE`"
+        raise SpecError(source, [Problem("job.kind", "service", message)])
     try:
         return JobSpec.model_validate(data)
     except ValidationError as e:

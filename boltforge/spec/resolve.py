@@ -85,10 +85,11 @@ def _role(
     spec: JobSpec, r: RoleSpec, tree: TopologyTree, field: str, problems: list[Problem]
 ) -> Role:
     cap = _capability(spec, r.gpu, r.min_gpu_memory_gb, tree, f"{field}.gpu", problems)
+    share = r.gpu.share() or spec.gpu.share()
     return Role(
         r.name,
         r.replicas,
-        r.gpus,
+        0 if share else r.gpus,
         r.cpus,
         r.memory_gb,
         cap,
@@ -96,10 +97,15 @@ def _role(
         r.parallelism.pipeline,
         r.parallelism.data,
         storage_gb=r.storage_gb,
+        share=share,
     )
 
 
 def _single_role(spec: JobSpec, tree: TopologyTree, problems: list[Problem]) -> Role:
+    share = spec.gpu.share()
+    if share is not None:
+        cap = _capability(spec, spec.gpu, 0, tree, "job.gpu", problems)
+        return Role("worker", 1, 0, spec.cpus, spec.memory_gb, cap, share=share)
     total, shorthand = spec.total_gpus()
     cap = _capability(
         spec, spec.gpu, 0, tree, "job.gpus" if shorthand else "job.gpu", problems, shorthand

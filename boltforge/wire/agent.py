@@ -103,13 +103,26 @@ class Heartbeat(_Wire):
     leaving: bool = False
 
 
+class GpuShare(_Wire):
+    """Part of one GPU a replica holds: a MIG instance (``profile`` at memory slice
+    ``start``) or a ``fraction`` of its time with at most ``memory_gb`` of its memory."""
+
+    gpu: int = Field(ge=0)
+    profile: str = ""
+    start: int = -1
+    fraction: float = Field(0.0, ge=0, le=1)
+    memory_gb: float = Field(0.0, ge=0)
+    weight: float = Field(0.0, ge=0, le=1)
+
+
 class ReplicaSpec(_Wire):
     """One replica the node should run (``action: run``) or stop (``stop``: checkpoint signal,
     then kill after ``grace_s``). ``gpus`` are the node's GPU indices; the agent maps them to
     ``CUDA_VISIBLE_DEVICES``. ``env`` holds the rank variables a distributed job expects.
     ``image``: run it as a container of that image (``agent/containers.py``), limited to
     ``cpus`` and ``memory_gb`` where they are above 0. ``outputs``: the paths collected after
-    it as the job's artifacts (``agent/artifacts.py``)."""
+    it as the job's artifacts (``agent/artifacts.py``). ``share``: the replica holds part of
+    GPU ``share.gpu`` only (a MIG instance or a fraction; ``gpus`` is then empty)."""
 
     replica: str
     job: str
@@ -125,6 +138,7 @@ class ReplicaSpec(_Wire):
     cpus: float = Field(0, ge=0)
     memory_gb: float = Field(0, ge=0)
     outputs: list[str] = []
+    share: GpuShare | None = None
 
 
 class DesiredState(_Wire):

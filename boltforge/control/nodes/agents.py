@@ -293,6 +293,7 @@ def desired(mirror: Mirror, name: str) -> DesiredState | None:
             cpus=r.cpus,
             memory_gb=r.memory_gb,
             outputs=r.spec.get("outputs", []),
+            share=r.spec.get("share"),
         )
         for r in reps
     ]

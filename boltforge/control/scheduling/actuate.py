@@ -19,7 +19,6 @@ from boltforge.control.store.db import by_key
 from boltforge.control.store.mirror import stage
 from boltforge.control.store.models import HELD, JobRow, ReplicaRow, RunRow
 from boltforge.core.billing.meter import dollars_per_hour
-from boltforge.core.cycle import gpus_by_pool
 from boltforge.core.decisions import Bind, CycleResult, Evict, Resize, Waiting
 from boltforge.core.model.levels import Level
 from boltforge.core.model.state import Grant
@@ -297,14 +296,17 @@ def _new_epoch(
 
 def hourly_price(tree: TopologyTree, grants: Sequence[Grant]) -> float:
     """What ``grants`` cost per hour: their GPUs at their pools' prices per GPU-hour, plus
-    their CPUs at their pools' prices per vCPU-hour."""
+    their CPUs at their pools' prices per vCPU-hour. A share of a GPU costs its part of the
+    GPU (``Share.weight``: a MIG instance's compute slices of seven, or its fraction)."""
     gpu_prices = {pool.name: pool.price_per_gpu_hour for pool in tree.pools}
     cpu_prices = {pool.name: pool.price_per_vcpu_hour for pool in tree.pools}
     cpus: dict[str, float] = {}
+    gpus: dict[str, float] = {}
     for g in grants:
         name = tree.host_lists.pool_name[g.host]
         cpus[name] = cpus.get(name, 0.0) + g.cpus
-    gpus = gpus_by_pool(tree, grants)
+        held = len(g.gpus) if g.share is None else g.share.weight
+        gpus[name] = gpus.get(name, 0.0) + held
     return dollars_per_hour(gpus, gpu_prices) + dollars_per_hour(cpus, cpu_prices)
 
 
@@ -338,6 +340,8 @@ def _replica(
         "outputs": row.spec.get("outputs", []),
         "storage_gb": g.storage_gb,
     }
+    if g.share is not None:
+        spec["share"] = g.share.to_json()
     return ReplicaRow(
         id=f"{row.id}.{row.epoch}.{slot.rank}",
         job_id=row.id,

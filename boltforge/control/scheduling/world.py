@@ -30,6 +30,7 @@ from boltforge.core.model.workload import Hold, Job, Running, Usage
 from boltforge.core.placement.routing import RoutingFacts
 from boltforge.core.queueing.quota import QuotaTree
 from boltforge.core.queueing.usage import Holding, usage_of
+from boltforge.core.sharing.share import Share
 from boltforge.spec.errors import SpecError
 from boltforge.spec.job import JobSpec
 from boltforge.spec.resolve import to_gang
@@ -355,6 +356,7 @@ def _grants(fleet: Fleet, reps: Iterable[LiveReplica]) -> tuple[Grant, ...]:
             r.cpus,
             r.memory_gb,
             float(r.spec.get("storage_gb", 0.0)),
+            Share.from_json(r.spec["share"]) if r.spec.get("share") else None,
         )
         for r in reps
         if r.node in fleet.index

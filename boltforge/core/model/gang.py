@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from boltforge.core.model.levels import Level
 from boltforge.core.model.topology import Pool, Tier
+from boltforge.core.sharing.share import ShareAsk
 
 
 class SpotPolicy(StrEnum):
@@ -62,6 +63,9 @@ class Role:
     ``tensor_parallel`` GPUs of a replica form one tensor-parallel group that must share an
     NVLink island; ``pipeline_stages`` and ``data_parallel`` are hints that shape the ordering
     of ranks but not the feasibility of a placement.
+
+    ``share``: each replica holds part of one GPU (a MIG instance or a fraction) instead of
+    ``gpus`` whole ones (then 0); ``core/sharing/place.py`` places such roles.
     """
 
     name: str
@@ -74,6 +78,7 @@ class Role:
     pipeline_stages: int = 1
     data_parallel: int = 0
     storage_gb: float = 0.0
+    share: ShareAsk | None = None
 
     @property
     def total_gpus(self) -> int:
@@ -83,7 +88,7 @@ class Role:
     def node_class(self) -> str:
         """The node class the role runs on, from what it asks: GPUs (``gpu``), else local
         storage (``storage``), else ``cpu``."""
-        return "gpu" if self.gpus else "storage" if self.storage_gb else "cpu"
+        return "gpu" if self.gpus or self.share else "storage" if self.storage_gb else "cpu"
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +156,16 @@ class Gang:
         object.__setattr__(self, "total_cpus", sum(r.replicas * r.cpus for r in roles))
         object.__setattr__(self, "total_memory_gb", sum(r.replicas * r.memory_gb for r in roles))
         needs = tuple(
-            (r.replicas, r.gpus, r.tensor_parallel, r.capability, r.cpus, r.memory_gb, r.storage_gb)
+            (
+                r.replicas,
+                r.gpus,
+                r.tensor_parallel,
+                r.capability,
+                r.cpus,
+                r.memory_gb,
+                r.storage_gb,
+                r.share,
+            )
             for r in roles
         )
         object.__setattr__(self, "shape", Shape.of((needs, self.topology)))

@@ -9,11 +9,14 @@ from typing import Any
 import numpy as np
 
 from boltforge.core.model.topology import BoolArray, FloatArray, IntArray, TopologyTree
+from boltforge.core.sharing import mig
+from boltforge.core.sharing.share import GpuUse, Share, room_for
 
 
 @dataclass(frozen=True, slots=True)
 class Grant:
-    """What one replica holds on one host."""
+    """What one replica holds on one host: whole ``gpus``, or a ``share`` of one GPU (a MIG
+    instance or a fraction; ``core/sharing``) with ``gpus`` empty."""
 
     role: str
     replica: int
@@ -22,6 +25,7 @@ class Grant:
     cpus: float = 0.0
     memory_gb: float = 0.0
     storage_gb: float = 0.0
+    share: Share | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +74,10 @@ class FleetState:
     ``cordoned[h]``: host ``h`` takes no new work. ``degraded[h]``: it is healthy enough for
     work that runs alone on it but too slow or flaky for replicas that talk to peers, so it
     takes no replica of a multi-replica or tensor-parallel role (``hostfit.talks``).
+
+    ``shared[(h, g)]`` is what GPU ``g`` of host ``h`` holds in shares (``GpuUse``); a GPU with
+    any share is not free, so no exclusive grant lands on it, and it is free again when its
+    last share is released.
     """
 
     __slots__ = (
@@ -88,6 +96,7 @@ class FleetState:
         "memo",
         "pod_free",
         "rack_free",
+        "shared",
         "tree",
     )
 
@@ -112,6 +121,7 @@ class FleetState:
         self.fit_key: IntArray = self._fit_keys()
         self.changes = 0
         self.memo: dict[str, tuple[int, Any]] = {}
+        self.shared: dict[tuple[int, int], GpuUse] = {}
 
     def _fit_keys(self) -> IntArray:
         """``fit_key`` computed afresh from the per-host, rack and pod counts."""
@@ -142,6 +152,7 @@ class FleetState:
         other.fit_key = self.fit_key.copy()
         other.changes = self.changes
         other.memo = dict(self.memo)
+        other.shared = dict(self.shared)
         return other
 
     def free_gpus_per_host(self) -> IntArray:
@@ -163,6 +174,8 @@ class FleetState:
         self._check(allocation.grants)
         for g in allocation.grants:
             self._take(g, -1)
+            if g.share is not None:
+                self._share(allocation.job, g, -1)
         self.allocations[allocation.job] = allocation
         self.changes += 1
 
@@ -172,6 +185,8 @@ class FleetState:
         self.changes += 1
         for g in allocation.grants:
             self._take(g, +1)
+            if g.share is not None:
+                self._share(allocation.job, g, +1)
         return allocation
 
     def release_many(self, jobs: list[str]) -> None:
@@ -195,6 +210,53 @@ class FleetState:
             self.free_cpus[g.host] += g.cpus
             self.free_memory[g.host] += g.memory_gb
             self.free_storage[g.host] += g.storage_gb
+        for a in allocations:
+            for g in a.grants:
+                if g.share is not None:
+                    self._share(a.job, g, +1)
+
+    def _share(self, job: str, g: Grant, sign: int) -> None:
+        """Add (``sign`` -1) or drop (+1) ``job``'s share in grant ``g``; the GPU leaves the
+        free pool with its first share and comes back with its last."""
+        assert g.share is not None
+        key = (g.host, g.share.gpu)
+        use = self.shared.get(key)
+        whole = Grant(g.role, g.replica, g.host, (g.share.gpu,))
+        if sign < 0:
+            if use is None:
+                self._take(whole, -1)
+                use = GpuUse(g.share.mode, ())
+            self.shared[key] = use.with_share(job, g.share)
+            return
+        left = None if use is None else use.without(job, g.share)
+        if left is None:
+            self.shared.pop(key, None)
+            self._take(whole, +1)
+        else:
+            self.shared[key] = left
+
+    def _check_shares(self, grants: tuple[Grant, ...]) -> None:
+        """Raise ``Conflict`` unless every share in ``grants`` fits its GPU (mode, geometry,
+        room), counting the earlier shares of the same grants."""
+        width = self.free.shape[1]
+        uses: dict[tuple[int, int], GpuUse | None] = {}
+        for g in grants:
+            if g.share is None:
+                continue
+            key = (g.host, g.share.gpu)
+            if not 0 <= g.share.gpu < width:
+                self._conflict(Grant(g.role, g.replica, g.host, (g.share.gpu,)))
+            if key not in uses:
+                uses[key] = self.shared.get(key)
+                if uses[key] is None and not self.free[key]:
+                    self._conflict(Grant(g.role, g.replica, g.host, (g.share.gpu,)))
+            pool = self.tree.pool_of(g.host)
+            model = mig.model_of(pool.gpu_type, pool.gpu_memory_gb) if pool.mig else None
+            why = room_for(uses[key], g.share, model, pool.gpu_memory_gb)
+            if why is not None:
+                raise Conflict(f"{self.tree.hosts[g.host].name}: {why}")
+            use = uses[key] or GpuUse(g.share.mode, ())
+            uses[key] = use.with_share("", g.share)
 
     def _take(self, g: Grant, sign: int) -> None:
         """Give back (``sign`` +1) or take (-1) one grant's GPUs, CPUs and memory."""
@@ -232,6 +294,8 @@ class FleetState:
 
     def _check(self, grants: tuple[Grant, ...]) -> None:
         width = self.free.shape[1]
+        if any(g.share is not None for g in grants):
+            self._check_shares(grants)
         if len(grants) == 1:
             g = grants[0]
             free = self.free[g.host].tolist()

@@ -52,6 +52,8 @@ class Pool:
     storage_gb: float = 0.0
     storage_gbps: float = 0.0
     price_per_vcpu_hour: float = 0.0
+    mig: bool = False
+    mig_layout: tuple[str, ...] = ()
 
     @property
     def kind(self) -> str:

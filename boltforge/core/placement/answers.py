@@ -65,10 +65,12 @@ class Placement:
         return self.roles[0]
 
     def nodes(self, tree: TopologyTree) -> dict[str, list[int]]:
-        """Host name to the GPU indices the gang holds there (CPU-only replicas map to [])."""
+        """Host name to the GPU indices the gang holds there, whole or in part (a share's
+        GPU); CPU-only replicas map to []."""
         out: dict[str, list[int]] = {}
         for g in self.grants:
-            out.setdefault(tree.hosts[g.host].name, []).extend(g.gpus)
+            gpus = g.gpus if g.share is None else (g.share.gpu,)
+            out.setdefault(tree.hosts[g.host].name, []).extend(gpus)
         return {h: sorted(v) for h, v in out.items()}
 
     def allocation(self, expected_end: float | None = None, priority: int = 3) -> Allocation:

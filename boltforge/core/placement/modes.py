@@ -12,6 +12,7 @@ from boltforge.core.model.topology import TopologyTree
 from boltforge.core.placement.explain import diagnose
 from boltforge.core.placement.hostfit import eligible_hosts
 from boltforge.core.placement.place import Decision, Outcome, Placement, place_gang
+from boltforge.core.sharing.place import decide, is_shared
 
 
 def place_now(state: FleetState, gang: Gang, explain: bool = True) -> Decision:
@@ -20,6 +21,8 @@ def place_now(state: FleetState, gang: Gang, explain: bool = True) -> Decision:
     ``explain=False`` leaves a failure's reasons and fixes empty (the outcome is the same:
     NEVER when no pool matches the gang's capability, else NOT_NOW), for callers that act on
     the outcome alone."""
+    if is_shared(gang):
+        return decide(state, gang)
     placement, failed = place_gang(state, gang)
     if placement is not None:
         return Decision(Outcome.NOW, placement)
@@ -33,6 +36,8 @@ def place_now(state: FleetState, gang: Gang, explain: bool = True) -> Decision:
 def could_ever_fit(tree: TopologyTree, gang: Gang) -> Decision:
     """Whether ``gang`` fits the empty fleet; NEVER means reject it at submit."""
     empty = FleetState(tree)
+    if is_shared(gang):
+        return decide(empty, gang)
     placement, failed = place_gang(empty, gang)
     if placement is not None:
         return Decision(Outcome.NOW, placement)
@@ -63,6 +68,8 @@ def when_and_where(state: FleetState, gang: Gang, now: float, explain: bool = Tr
     current = place_now(state, gang, explain)
     if current.placed:
         return Decision(Outcome.NOW, current.placement, start_time=now)
+    if is_shared(gang):
+        return current  # shares are not promised a time (``core/sharing``)
     if not fits_empty(state.tree, gang):
         return could_ever_fit(state.tree, gang)
     ends = _ending(state)

@@ -1,0 +1,1 @@
+"""GPU sharing: MIG instances and fractional shares of one GPU, placed beside whole-GPU work."""
