@@ -37,6 +37,7 @@ from boltforge.wire.jobs import (
     WhoAmI,
 )
 from boltforge.wire.reclaim import ReclaimReply
+from boltforge.wire.services import GatewayLoad, ServiceList, ServiceRequest, ServiceSummary
 
 T = TypeVar("T", bound=BaseModel)
 DEFAULT_SERVER = "http://127.0.0.1:8600"
@@ -171,6 +172,25 @@ class Client:
         headers = {"Idempotency-Key": idempotency_key or f"bolt-{uuid.uuid4().hex}"}
         body = req.model_dump(exclude_none=True)
         return self._call("POST", "/v1/jobs", SubmitReply, json=body, headers=headers)
+
+    def apply_service(self, req: ServiceRequest) -> ServiceSummary:
+        """Create the service ``req`` describes, or update the one of that name."""
+        body = req.model_dump(exclude_none=True)
+        return self._call("POST", "/v1/services", ServiceSummary, json=body)
+
+    def services(self) -> ServiceList:
+        return self._call("GET", "/v1/services", ServiceList)
+
+    def service(self, name: str) -> ServiceSummary:
+        return self._call("GET", f"/v1/services/{quote(name, safe='')}", ServiceSummary)
+
+    def delete_service(self, name: str) -> ServiceSummary:
+        return self._call("DELETE", f"/v1/services/{quote(name, safe='')}", ServiceSummary)
+
+    def service_load(self, name: str, load: GatewayLoad) -> ServiceSummary:
+        """Report what a gateway in front of service ``name`` sees (requests waiting)."""
+        path = f"/v1/services/{quote(name, safe='')}/load"
+        return self._call("POST", path, ServiceSummary, json=load.model_dump(exclude_none=True))
 
     def jobs(self, state: str | None = None, team: str | None = None) -> JobList:
         params = {k: v for k, v in (("state", state), ("team", team)) if v}

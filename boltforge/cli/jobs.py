@@ -3,6 +3,7 @@ here, or why still waiting), ``bolt cancel`` and ``bolt logs``."""
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from typing import Annotated
@@ -27,17 +28,26 @@ from boltforge.client import ApiFailure, Client
 from boltforge.wire.jobs import TERMINAL, DeadlineOutlook, JobDetail
 
 JobArg = Annotated[str, typer.Argument(help="Job id (an array task is 42_3).", show_default=False)]
+StatusArg = Annotated[
+    str,
+    typer.Argument(help="Job id (an array task is 42_3), or a service's name.", show_default=False),
+]
 FOLLOW_POLL_S = 20.0
+JOB_ID = re.compile(r"^\d+(_\d+)?$")  # 42, or an array task 42_3
 
 
 def status_command(
-    job: JobArg,
+    job: StatusArg,
     json: JsonOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
     ca: CaOpt = None,
 ) -> None:
-    """Show a job's state, where it runs, what it has cost so far, and its timeline."""
+    """Show a job's state, where it runs, what it has cost so far, and its timeline; or,
+    given a service's name, its replicas, load and SLO."""
+    if not JOB_ID.match(job):
+        _service_status(job, json, server, token)
+        return
     with connect(server, token) as client, api_errors(job):
         d = client.job(job)
     if json:
@@ -54,6 +64,19 @@ def status_command(
     for ev in d.events:
         stamp = f"{max(ev.at - d.submitted_at, 0.0):8.1f}s"
         console.print(f"  [dim]{stamp}[/] {escape(ev.message)}", highlight=False)
+
+
+def _service_status(name: str, json: bool, server: str | None, token: str | None) -> None:
+    from boltforge.cli.serve import services_table
+
+    with connect(server, token) as client, api_errors(name):
+        found = client.service(name)
+    if json:
+        print_json(found.model_dump(mode="json"))
+        return
+    console.print(services_table([found]))
+    jobs = ", ".join(found.replica_jobs) or "none"
+    console.print(f"  replica jobs: {escape(jobs)}", highlight=False)
 
 
 def headline(d: JobDetail) -> str:

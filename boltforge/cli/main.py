@@ -31,6 +31,7 @@ class Bolt(LazyGroup):
         "logs": Lazy("boltforge.cli.jobs", "logs_command", JOBS),
         "artifacts": Lazy("boltforge.cli.artifacts", "artifacts_command", JOBS),
         "cost": Lazy("boltforge.cli.cost", "cost_command", JOBS),
+        "serve": Lazy("boltforge.cli.serve", "serve_command", JOBS),
         "nodes": Lazy("boltforge.cli.nodes", "nodes_app", FLEET),
         "top": Lazy("boltforge.cli.top", "top_command", FLEET),
         "token": Lazy("boltforge.cli.tokens", "token_app", FLEET),

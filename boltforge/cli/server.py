@@ -68,6 +68,10 @@ def server_command(
             help="Seconds between full scheduling passes when no event asks for one sooner.",
         ),
     ] = 10.0,
+    scale_every: Annotated[
+        float,
+        typer.Option(min=0.2, help="Seconds between the services' autoscaling rounds."),
+    ] = 5.0,
     heartbeat: Annotated[float, typer.Option(help="Seconds between agent heartbeats.")] = 2.0,
     lease: Annotated[float, typer.Option(help="Seconds of silence before a node is dead.")] = 15.0,
     straggler_action: Annotated[
@@ -299,6 +303,7 @@ def server_command(
         preempt=PreemptRules(min_runtime_s=min_runtime, cooldown_s=cooldown, churn_fraction=churn),
         terms=LeaseTerms(heartbeat, max(3 * heartbeat, lease / 2), lease),
         full_every_s=full_every,
+        scale_every_s=scale_every,
         health=health,
         admin_token=admin_token,
         agent_token=agent_token,

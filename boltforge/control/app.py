@@ -25,11 +25,13 @@ from boltforge.control.api import (
     errors,
     jobs,
     nodes,
+    services,
     stream,
 )
 from boltforge.control.api.headers import AskedGZip
 from boltforge.control.api.overload import install as install_overload
 from boltforge.control.runtime import Runtime, ServerConfig
+from boltforge.control.services.scaler import Scaler
 from boltforge.control.store.leadership import Leadership
 from boltforge.control.views import metrics
 
@@ -49,7 +51,8 @@ def create_app(config: ServerConfig, clock: Callable[[], float] = time.time) -> 
     async def act() -> list[asyncio.Task[None]]:
         await asyncio.to_thread(rt.start)
         scheduler = asyncio.create_task(rt.scheduler.run(), name="scheduler")
-        tasks = [scheduler, asyncio.create_task(_sample(rt))]
+        scaler = Scaler(rt, rt.config.scale_every_s)
+        tasks = [scheduler, asyncio.create_task(_sample(rt)), asyncio.create_task(scaler.run())]
         rt.scheduler.wake()
         acting.set()
         return tasks
@@ -91,7 +94,7 @@ def create_app(config: ServerConfig, clock: Callable[[], float] = time.time) -> 
     install_overload(app, rt)  # sheds a flood before anything is read
     if leadership is not None:  # outermost: a follower sends callers to the leader
         app.add_middleware(replicas.FollowerForward, leadership=leadership, acting=acting)
-    for module in (jobs, agents, artifacts, nodes, admin, cost, console, stream):
+    for module in (jobs, agents, artifacts, nodes, admin, cost, console, services, stream):
         app.include_router(module.router)
     metrics.install(app, rt)  # GET /metrics: unauthenticated, aggregates only
     web.install(app)  # GET /console/: static files, no data without a token

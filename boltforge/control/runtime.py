@@ -48,6 +48,7 @@ class ServerConfig:
     checkpoint root); ``artifacts_url``, when given, an S3-compatible bucket instead
     (``s3://bucket/prefix``, at ``artifacts_endpoint`` when given).
     ``sample_every_s``: how often the console's utilization history takes a sample.
+    ``scale_every_s``: how often the services' autoscaler looks at their load.
     ``overlap``: full passes are planned in a thread of their own while arrivals, reports
     and heartbeats go on, and applied when done, keeping the decisions that still hold
     (``control/scheduling/planning.py``); off, each is planned and applied inside one pass."""
@@ -70,6 +71,7 @@ class ServerConfig:
     artifacts_url: str | None = None
     artifacts_endpoint: str | None = None
     sample_every_s: float = 5.0
+    scale_every_s: float = 5.0
     overlap: bool = True
     # Overload limits (boltforge/control/api/overload.py; 0 turns one off): people's requests
     # in flight per token or address, and in all; agent calls in flight per node, and in all;

@@ -36,6 +36,7 @@ __all__ = [
     "preempted",
     "rank",
     "report",
+    "report_load",
     "world_size",
 ]
 
@@ -105,6 +106,11 @@ def report(step: int, *, checkpoint: bool = False, **metrics: float) -> None:
     ``rank``, ``step``, ``at`` (Unix time), ``step_time_s`` (seconds since this process's
     previous report; null for the first), ``checkpoint`` and ``metrics``; the agent forwards
     it to the control plane. Does nothing outside Boltforge (no progress file)."""
+    _append(int(step), bool(checkpoint), {k: float(v) for k, v in metrics.items()})
+
+
+def _append(step: int, checkpoint: bool, metrics: dict[str, float]) -> None:
+    """One progress line (see ``report``)."""
     global _last_report
     now = time.monotonic()
     step_time = None if _last_report is None else round(now - _last_report, 6)
@@ -117,14 +123,39 @@ def report(step: int, *, checkpoint: bool = False, **metrics: float) -> None:
         "job": job_id(),
         "epoch": _int_env("BOLT_EPOCH", 0),
         "rank": rank(),
-        "step": int(step),
+        "step": step,
         "at": time.time(),
         "step_time_s": step_time,
-        "checkpoint": bool(checkpoint),
-        "metrics": {k: float(v) for k, v in metrics.items()},
+        "checkpoint": checkpoint,
+        "metrics": metrics,
     }
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(line) + "\n")
+
+
+_load_reports = 0
+
+
+def report_load(
+    *,
+    requests_per_s: float,
+    queued: float = 0.0,
+    p99_ms: float | None = None,
+    kv_cache: float | None = None,
+) -> None:
+    """Tell a service's autoscaler this replica's load now: requests per second it serves,
+    requests waiting for it, its p99 latency in milliseconds, and the share of its KV cache
+    in use (0-1). Call it every few seconds; a replica counts as ready from its first
+    report, and a report older than 30 s no longer counts. Goes the way ``report`` goes
+    (each call is one progress line); does nothing outside Boltforge."""
+    global _load_reports
+    _load_reports += 1
+    metrics = {"requests_per_s": float(requests_per_s), "queued": float(queued)}
+    if p99_ms is not None:
+        metrics["p99_ms"] = float(p99_ms)
+    if kv_cache is not None:
+        metrics["kv_cache"] = float(kv_cache)
+    _append(_load_reports, False, metrics)
 
 
 def _install() -> None:

@@ -41,7 +41,8 @@ Rows = list[dict[str, Any]]
 @dataclass
 class Order:
     """One validated submission, and where its written rows go. ``warnings`` (a team past
-    its soft budget) land on each job's timeline as ``budget`` events."""
+    its soft budget) land on each job's timeline as ``budget`` events. ``service``: the
+    service the job is a replica of (its autoscaler submits it)."""
 
     spec: JobSpec
     tasks: list[int] | None
@@ -50,6 +51,7 @@ class Order:
     at: float
     key: str | None
     warnings: tuple[str, ...] = ()
+    service: str | None = None
     done: asyncio.Future[Rows] | None = field(default=None, repr=False)
 
 
@@ -128,7 +130,7 @@ def _insert(s: Session, group: list[Order]) -> list[Rows]:
     events: list[dict[str, Any]] = []
     audits: list[dict[str, Any]] = []
     for num, o in zip(numbers, group, strict=True):
-        rows = job_rows(o.spec, o.tasks, o.gang, o.caller, o.at, o.key, num)
+        rows = job_rows(o.spec, o.tasks, o.gang, o.caller, o.at, o.key, num, o.service)
         jobs.append(rows)
         message = queued_message(rows[0])
         events += [

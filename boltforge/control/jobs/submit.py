@@ -153,9 +153,10 @@ def job_rows(
     at: float,
     key: str | None,
     num: int,
+    service: str | None = None,
 ) -> list[dict[str, Any]]:
     """The ``jobs`` rows (as column values) of one submission numbered ``num``: the job, or
-    one row per array task, all pending."""
+    one row per array task, all pending; ``service``: the service it is a replica of."""
     gpus, replicas = _size(spec, gang)
     base: dict[str, Any] = {
         "num": num,
@@ -181,6 +182,7 @@ def job_rows(
         "array_id": None,
         "array_index": None,
         "array_spec": None,
+        "service": service,
     }
     rows = []
     for i, index in enumerate(tasks if tasks is not None else [None]):

@@ -19,7 +19,8 @@ class JobRow(Base):
     ``recovery_hold``: after a host failure, what its replicas held on the healthy hosts and
     when (``{"at", "lost": [node], "grants": [{role, replica, node, gpus, cpus, memory_gb}]}``),
     kept for its restart for the server's ``--recovery-hold`` (None: no hold).
-    ``resized_at``: when an elastic job last grew or shrank in place (None: never)."""
+    ``resized_at``: when an elastic job last grew or shrank in place (None: never).
+    ``service``: the service this job is a replica of (None: a job of its own)."""
 
     __tablename__ = "jobs"
 
@@ -59,6 +60,7 @@ class JobRow(Base):
     waiting: Mapped[list[str]] = mapped_column(JSON, default=list)
     explanation: Mapped[list[str]] = mapped_column(JSON, default=list)
     recovery_hold: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    service: Mapped[str | None] = mapped_column(String(63), index=True, default=None)
 
 
 class EventRow(Base):
@@ -239,3 +241,23 @@ class LeaderRow(Base):
     renewals: Mapped[int] = mapped_column(Integer)
     lease_s: Mapped[float] = mapped_column(Float)
     acquired_at: Mapped[float] = mapped_column(Float)
+
+
+class ServiceRow(Base):
+    """An inference service: its spec, the replicas its autoscaler asks for and why, the
+    load last seen, and the scaler's carried state (``core/serving/autoscale.ScaleState``,
+    as JSON). ``state`` is ``active`` or ``deleted`` (its replicas cancelled)."""
+
+    __tablename__ = "services"
+
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    team: Mapped[str] = mapped_column(String(63), index=True)
+    state: Mapped[str] = mapped_column(String(16))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    desired: Mapped[int] = mapped_column(Integer)
+    reason: Mapped[str] = mapped_column(String(200), default="")
+    load: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    scaler: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[float] = mapped_column(Float)
+    scaled_at: Mapped[float | None] = mapped_column(Float)
+    scale_events: Mapped[int] = mapped_column(Integer, default=0)

@@ -98,6 +98,24 @@ def write_lines(path: Path, lines: list[Any]) -> Path:
     return path
 
 
+def at_0006(lines: Lines) -> Lines:
+    """A backup as revision 0006 would have written it: 0007 added only the lease, which
+    backups leave out; 0008 the services table and the jobs' service column."""
+    header = {**lines[0], "revision": "0006"}
+    header["tables"] = {t: n for t, n in header["tables"].items() if t != "services"}
+    header["columns"] = {
+        t: [c for c in cols if (t, c) != ("jobs", "service")]
+        for t, cols in header["columns"].items()
+        if t != "services"
+    }
+    rows = [
+        {**line, "r": {k: v for k, v in line["r"].items() if (line["t"], k) != ("jobs", "service")}}
+        for line in lines[1:]
+        if line["t"] != "services"
+    ]
+    return [header, *rows]
+
+
 def a_store_with_data(path: Path) -> str:
     """Another team's store: one pending job."""
     with migrated(path) as db:
@@ -353,9 +371,7 @@ def test_an_older_backup_restores_into_a_migrated_empty_store_without_force(
 ) -> None:
     """A new store at the newest schema counts as empty; it is stepped back to the backup's
     revision, loaded, and brought forward again."""
-    lines = lines_of(source.backup)
-    lines[0]["revision"] = "0006"  # 0007 added only the lease, which backups leave out
-    older = write_lines(tmp_path / "0006.bak.gz", lines)
+    older = write_lines(tmp_path / "0006.bak.gz", at_0006(lines_of(source.backup)))
     target = tmp_path / "new.db"
     with migrated(target):
         pass

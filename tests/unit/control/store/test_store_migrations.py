@@ -34,6 +34,8 @@ ADDED: list[tuple[str, str, str | None]] = [
     ("0005", "jobs", "resized_at"),
     ("0006", "runs", "cpus"),
     ("0007", "leader", None),
+    ("0008", "services", None),
+    ("0008", "jobs", "service"),
 ]
 
 

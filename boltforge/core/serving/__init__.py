@@ -1,0 +1,1 @@
+"""Inference services: how many replicas a service should run, from its load and history."""
