@@ -87,7 +87,11 @@ def _worst(parts: list[dict[str, Any]], key: str) -> float | None:
 
 def scaler_of(row: ServiceRow) -> ScaleState:
     data = row.scaler or {}
-    history = RateHistory(buckets=tuple((int(b), float(r)) for b, r in data.get("history", [])))
+    index, total, count = data.get("current", [-1, 0.0, 0])
+    history = RateHistory(
+        buckets=tuple((int(b), float(r)) for b, r in data.get("history", [])),
+        current=(int(index), float(total), int(count)),
+    )
     return ScaleState(
         int(data.get("replicas", row.desired)),
         tuple((float(t), int(n)) for t, n in data.get("recent", [])),
@@ -102,6 +106,7 @@ def scaler_json(state: ScaleState) -> dict[str, Any]:
         "recent": [list(r) for r in state.recent],
         "last_busy": state.last_busy,
         "history": [list(b) for b in state.history.buckets],
+        "current": list(state.history.current),
     }
 
 

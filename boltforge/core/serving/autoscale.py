@@ -27,7 +27,7 @@ Pure: the same inputs give the same decision; the carried ``ScaleState`` is retu
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 DAY_S = 86_400.0
 BUCKET_S = 900.0  # the history's resolution: a quarter hour of the day
@@ -65,21 +65,31 @@ class Load:
 
 @dataclass(frozen=True, slots=True)
 class RateHistory:
-    """A service's request rate by quarter hour of the day, learned online: each bucket is an
-    exponentially weighted mean over the days seen (``weight`` for the newest day)."""
+    """A service's request rate by quarter hour of the day, learned online. The quarter hour
+    under way is averaged over its samples (``current``: its index since the epoch, the sum
+    and the count); when it is over, its mean joins that quarter hour's history as an
+    exponentially weighted mean over days (``weight`` for the newest day)."""
 
     weight: float = 0.3
-    buckets: tuple[tuple[int, float], ...] = ()  # (bucket, mean rate), sorted by bucket
+    buckets: tuple[tuple[int, float], ...] = ()  # (quarter hour of the day, mean rate)
+    current: tuple[int, float, int] = (-1, 0.0, 0)
 
     def observe(self, at: float, rate: float) -> RateHistory:
-        key = _bucket(at)
-        known = dict(self.buckets)
-        old = known.get(key)
-        known[key] = rate if old is None else old + self.weight * (rate - old)
-        return RateHistory(self.weight, tuple(sorted(known.items())))
+        index = int(at // BUCKET_S)
+        open_index, total, count = self.current
+        if index == open_index:
+            return replace(self, current=(index, total + rate, count + 1))
+        buckets = self.buckets
+        if count:
+            key = int((open_index * BUCKET_S % DAY_S) // BUCKET_S)
+            known = dict(buckets)
+            mean, old = total / count, known.get(key)
+            known[key] = mean if old is None else old + self.weight * (mean - old)
+            buckets = tuple(sorted(known.items()))
+        return RateHistory(self.weight, buckets, (index, rate, 1))
 
     def expect(self, at: float) -> float | None:
-        """The rate this time of day has seen (None: never seen yet)."""
+        """The rate earlier days saw at this time of day (None: no finished day has)."""
         return dict(self.buckets).get(_bucket(at))
 
 

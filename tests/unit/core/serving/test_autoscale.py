@@ -109,3 +109,16 @@ def test_the_count_stays_within_min_and_max(samples: list[tuple[float, float]]) 
     rules = Autoscale(min_replicas=2, max_replicas=7, rps_per_replica=10)
     loads = [Load(60.0 * i, r, queued=q) for i, (r, q) in enumerate(samples)]
     assert all(2 <= c <= 7 for c in run(rules, loads, replicas=2))
+
+
+def test_the_history_averages_a_quarter_hour_then_weighs_the_days() -> None:
+    history = RateHistory()
+    for i in range(10):  # ten samples in 09:00-09:15 of day one
+        history = history.observe(9 * 3600 + 60 * i, float(i))
+    assert history.expect(9 * 3600) is None  # the quarter hour is not over yet
+    history = history.observe(9 * 3600 + 900, 0.0)
+    assert history.expect(DAY_S + 9 * 3600 + 120) == 4.5
+    for i in range(10):  # day two: 20 requests/s throughout
+        history = history.observe(DAY_S + 9 * 3600 + 60 * i, 20.0)
+    history = history.observe(DAY_S + 9 * 3600 + 900, 0.0)
+    assert history.expect(2 * DAY_S + 9 * 3600) == 4.5 + 0.3 * (20.0 - 4.5)
