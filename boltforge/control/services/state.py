@@ -56,28 +56,23 @@ def read_load(s: Session, row: ServiceRow, replicas: Replicas, now: float, fresh
 
 
 def _reports(s: Session, replicas: Replicas, now: float, fresh_s: float) -> list[dict[str, Any]]:
+    return [dict(p.metrics) for p in _fresh(s, replicas, now, fresh_s)]
+
+
+def reporting(s: Session, replicas: Replicas, now: float, fresh_s: float) -> set[str]:
+    """The running replica jobs with a fresh load report (ready to serve)."""
+    return {p.job_id for p in _fresh(s, replicas, now, fresh_s)}
+
+
+def _fresh(s: Session, replicas: Replicas, now: float, fresh_s: float) -> list[RankProgressRow]:
+    """The running replicas' load reports no older than ``fresh_s``."""
     ids = [j.id for j in replicas.running]
     if not ids:
         return []
     q = select(RankProgressRow).where(RankProgressRow.job_id.in_(ids))
     return [
-        dict(p.metrics)
-        for p in s.scalars(q)
-        if now - p.at <= fresh_s and any(k in p.metrics for k in LOAD_KEYS)
+        p for p in s.scalars(q) if now - p.at <= fresh_s and any(k in p.metrics for k in LOAD_KEYS)
     ]
-
-
-def reporting(s: Session, replicas: Replicas, now: float, fresh_s: float) -> set[str]:
-    """The running replica jobs with a fresh load report (ready to serve)."""
-    ids = [j.id for j in replicas.running]
-    if not ids:
-        return set()
-    q = select(RankProgressRow).where(RankProgressRow.job_id.in_(ids))
-    return {
-        p.job_id
-        for p in s.scalars(q)
-        if now - p.at <= fresh_s and any(k in p.metrics for k in LOAD_KEYS)
-    }
 
 
 def _worst(parts: list[dict[str, Any]], key: str) -> float | None:
