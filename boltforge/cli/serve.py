@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from boltforge.cli.common import EXIT_BAD_INPUT, console, print_json
 from boltforge.cli.remote import CaOpt, JsonOpt, ServerOpt, TokenOpt, ago, api_errors, connect, fail
@@ -57,40 +58,43 @@ def _request(file: Path) -> ServiceRequest:
     return ServiceRequest(yaml=text, source=file.name[:200])
 
 
+COLUMNS = ("SERVICE", "TEAM", "LIVE/WANT", "RANGE", "READY", "REQ/S", "QUEUE", "P99", "SLO")
+
+
 def services_table(services: list[ServiceSummary]) -> Table:
-    """One row per service; fits 100 columns."""
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for name, justify in (
-        ("SERVICE", "left"),
-        ("TEAM", "left"),
-        ("REPLICAS", "right"),
-        ("READY", "right"),
-        ("REQ/S", "right"),
-        ("QUEUED", "right"),
-        ("P99 MS", "right"),
-        ("SLO", "left"),
-        ("WHY", "left"),
-    ):
-        table.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis", max_width=30)  # type: ignore[arg-type]
+    """One row per service: replicas live of wanted, the range, ready ones, load, SLO and
+    why the count last changed. Every column but the last keeps its width; the reason is cut
+    to what the terminal leaves."""
     now = time.time()
-    for s in services:
-        load = s.load
-        table.add_row(
-            escape(s.name),
-            escape(s.team),
-            f"{s.live}/{s.desired} ({s.min_replicas}-{s.max_replicas})",
-            str(s.ready),
-            "-" if load is None else f"{load.requests_per_s:.1f}",
-            "-" if load is None else f"{load.queued:.0f}",
-            "-" if load is None or load.p99_ms is None else f"{load.p99_ms:.0f}",
-            _slo(s),
-            escape(f"{s.reason} ({ago(s.scaled_at, now)})" if s.scaled_at else s.reason),
-        )
+    rows = [_row(s, now) for s in services]
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for i, name in enumerate(COLUMNS):
+        width = max([len(name), *(Text.from_markup(r[i]).cell_len for r in rows)])
+        table.add_column(name, no_wrap=True, min_width=width)
+    table.add_column("WHY", no_wrap=True, overflow="ellipsis", ratio=1)
+    for row in rows:
+        table.add_row(*row)
     return table
+
+
+def _row(s: ServiceSummary, now: float) -> list[str]:
+    load = s.load
+    return [
+        escape(s.name),
+        escape(s.team),
+        f"{s.live}/{s.desired}",
+        f"{s.min_replicas}-{s.max_replicas}",
+        str(s.ready),
+        "-" if load is None else f"{load.requests_per_s:.1f}",
+        "-" if load is None else f"{load.queued:.0f}",
+        "-" if load is None or load.p99_ms is None else f"{load.p99_ms:.0f}ms",
+        _slo(s),
+        escape(f"{s.reason} ({ago(s.scaled_at, now)})" if s.scaled_at else s.reason),
+    ]
 
 
 def _slo(s: ServiceSummary) -> str:
     if s.latency_slo_ms is None:
         return "-"
-    word = {None: "[dim]unknown[/]", True: "[green]met[/]", False: "[red]missed[/]"}[s.slo_met]
-    return f"{s.latency_slo_ms:g} ms {word}"
+    word = {None: "[dim]?[/]", True: "[green]met[/]", False: "[red]missed[/]"}[s.slo_met]
+    return f"{s.latency_slo_ms:g}ms {word}"
