@@ -145,11 +145,11 @@ def _recommend(rules: Autoscale, state: ScaleState, load: Load, current: int) ->
     """The largest count any signal asks for, and the signal."""
     candidates = [(rules.min_replicas, "minimum")]
     if load.queued > 0 or current > 0:
-        need = math.ceil(load.queued / rules.target_queue) if rules.target_queue > 0 else 0
+        need = load.queued / rules.target_queue if rules.target_queue > 0 else 0.0
         candidates.append((_within_tolerance(need, current, rules), "queue depth"))
     per = rules.rps_per_replica
     if per:
-        need = math.ceil(load.requests_per_s / (per * rules.target_utilization))
+        need = load.requests_per_s / (per * rules.target_utilization)
         candidates.append((_within_tolerance(need, current, rules), "request rate"))
         expected = state.history.expect(load.at + rules.cold_start_s) if rules.predictive else None
         if expected is not None:
@@ -163,8 +163,10 @@ def _recommend(rules: Autoscale, state: ScaleState, load: Load, current: int) ->
     return max(candidates, key=lambda c: c[0])
 
 
-def _within_tolerance(need: int, current: int, rules: Autoscale) -> int:
-    """``need``, or ``current`` when the two are within ``tolerance`` of each other."""
+def _within_tolerance(need: float, current: int, rules: Autoscale) -> int:
+    """The replicas a signal asks for: ``need`` (replicas' worth of load, fractional) rounded
+    up, or ``current`` when the load is within ``tolerance`` of what ``current`` replicas
+    are meant to carry (so noise around the target changes nothing)."""
     if current > 0 and abs(need / current - 1.0) <= rules.tolerance:
         return current
-    return need
+    return math.ceil(need)

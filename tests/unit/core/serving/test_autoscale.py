@@ -122,3 +122,10 @@ def test_the_history_averages_a_quarter_hour_then_weighs_the_days() -> None:
         history = history.observe(DAY_S + 9 * 3600 + 60 * i, 20.0)
     history = history.observe(DAY_S + 9 * 3600 + 900, 0.0)
     assert history.expect(2 * DAY_S + 9 * 3600) == 4.5 + 0.3 * (20.0 - 4.5)
+
+
+def test_load_just_over_the_target_keeps_the_count() -> None:
+    """Two replicas meant to carry 10 requests/s: 10.5 is within the 10% tolerance, 11.5 is
+    not (and needs a third replica)."""
+    assert run(CHAT, [Load(0, 10.5)], replicas=2) == [2]
+    assert run(CHAT, [Load(0, 11.5)], replicas=2) == [3]
