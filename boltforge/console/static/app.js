@@ -9,6 +9,7 @@ import * as fleet from "./fleet.js";
 import * as queue from "./queue.js";
 import * as jobs from "./jobs.js";
 import * as job from "./job.js";
+import * as services from "./services.js";
 import * as teams from "./teams.js";
 import * as utilization from "./utilization.js";
 import * as reports from "./reports.js";
@@ -18,6 +19,7 @@ const ROUTES = {
   queue: queue.mount,
   jobs: jobs.mount,
   job: job.mount,
+  services: services.mount,
   teams: teams.mount,
   utilization: utilization.mount,
   reports: reports.mountList,
