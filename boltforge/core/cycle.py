@@ -21,6 +21,7 @@ new job against the reservations of the last full pass.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -137,6 +138,7 @@ class _Pass:
     borrowing: bool = False
     open_gpus: int | None = None  # free GPUs on hosts taking work; None: count again
     standing: dict[str, tuple[int, ...]] | None = None  # under LAS, by job id
+    spread: dict[str, Counter[int]] | None = None  # jobs per host per spread group (``_apart``)
     unseen: int = 0  # jobs left waiting unlooked-at (``_Tail``)
 
 
@@ -326,10 +328,12 @@ def _consider_one(
         reason, detail = p.failed_shapes[shape]
         p.waiting.append(Waiting(job.id, position, reason, detail, None))
         return
-    placement = None if upcoming or route is not None else _repeat(p, job, shape)
+    placement = None if upcoming or route is not None or job.spread else _repeat(p, job, shape)
     reasons: tuple[str, ...] = ()
     never = False
     # 3. place; when nobody reads why, a job larger than every free GPU together skips it
+    if placement is None and job.spread and (p.explain or job.gpus <= _open_gpus(p)):
+        placement = _apart(p, job, blocked, route)
     if placement is None and (p.explain or job.gpus <= _open_gpus(p)):
         placement, reasons, never = _place(p, job.gang, blocked, upcoming, route)
     if placement is not None:
@@ -506,6 +510,40 @@ def _place(
         return placed, () if placed else ("first-fit found no hosts with room",), False
 
 
+def _apart(p: _Pass, job: Job, blocked: frozenset[int], route: Route | None) -> Placement | None:
+    """``job``'s placement off the hosts that already hold half of its spread group (with it
+    counted, rounded up): two jobs of a group go to two hosts, and no host failure takes more
+    than half of a group that other hosts have room for. None: there is no such placement
+    now (or nothing to keep apart from), and the caller places the job as any job."""
+    held = _spread_hosts(p).get(job.spread)
+    if not held:
+        return None
+    cap = (sum(held.values()) + 2) // 2  # half of the group with ``job`` in it, rounded up
+    full = frozenset(h for h, n in held.items() if n >= cap)
+    if not full:
+        return None
+    placement, _, _ = _place(p, job.gang, blocked | full, (), route)
+    if placement is not None:
+        why = f"kept off {len(full)} host(s) holding half of {job.spread}"
+        placement = replace(placement, notes=(*placement.notes, why))
+    return placement
+
+
+def _spread_hosts(p: _Pass) -> dict[str, Counter[int]]:
+    """Jobs per host per spread group among the running ones (made once a pass; ``_bind``
+    adds what it binds)."""
+    if p.spread is None:
+        p.spread = {}
+        for run in p.running.values():
+            if run.job.spread:
+                _count_spread(p.spread, run.job.spread, run.allocation.grants)
+    return p.spread
+
+
+def _count_spread(spread: dict[str, Counter[int]], group: str, grants: Iterable[Grant]) -> None:
+    spread.setdefault(group, Counter()).update({g.host for g in grants})
+
+
 def _admit(p: _Pass, job: Job, placement: Placement) -> Verdict:
     """Check the placement's GPUs per pool against the job's queue's burst limits."""
     if p.quota is None:
@@ -557,6 +595,8 @@ def _bind(
     runtime = runtime if runtime is not None else job.expected_runtime()
     end = p.now + runtime if runtime is not None else None
     p.work.allocate(Allocation(job.id, placement.grants, end, job.priority))
+    if job.spread:
+        _count_spread(_spread_hosts(p), job.spread, placement.grants)
     p.open_gpus = None
     p.last_host = None  # the caller re-arms it for a plain one-host bind
     _charge(p, job, placement)

@@ -406,6 +406,7 @@ def job_of(row: JobRow | LiveJob, fleet: Fleet) -> Job | None:
         elastic=(int(elastic["min"]), int(elastic["max"])) if elastic else None,
         checkpoint_interval=(spec.get("checkpoint") or {}).get("interval"),
         attained_gpu_seconds=row.attained_gpu_s,
+        spread=f"service {row.service}" if row.service else "",
     )
 
 

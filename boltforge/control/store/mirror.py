@@ -76,6 +76,7 @@ class LiveJob:
     waiting: list[str] = field(default_factory=list)
     array_id: str | None = None
     array_index: int | None = None
+    service: str | None = None
 
 
 @dataclass(slots=True)

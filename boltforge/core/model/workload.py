@@ -36,6 +36,9 @@ class Job:
     the job is rigid). ``checkpoint_interval`` and ``restart_overhead`` price lost work when
     the job is preempted. ``held``: GPUs kept for its restart after a host failure (the cycle
     places it on them first, replacing only the lost hosts; see ``core/placement/recovery.py``).
+    ``spread``: no host holds more than half of the jobs of one non-empty group (rounded up:
+    two go to two hosts) when other hosts have room, so one host failure takes at most half
+    of an inference service's replicas while the rest still pack (``cycle._apart``).
     """
 
     id: str
@@ -51,6 +54,7 @@ class Job:
     restart_overhead: float = 60.0
     attained_gpu_seconds: float = 0.0
     held: Hold | None = None
+    spread: str = ""
 
     @property
     def priority(self) -> int:
