@@ -18,6 +18,7 @@ class Bolt(LazyGroup):
         "check": Lazy("boltforge.cli.place", "check"),
         "fleet": Lazy("boltforge.cli.fleet", "fleet_app"),
         "simulate": Lazy("boltforge.cli.simulate", "simulate_command"),
+        "simulate-serving": Lazy("boltforge.cli.serving_sim", "simulate_serving_command"),
         "server": Lazy("boltforge.cli.server", "server_command"),
         "agent": Lazy("boltforge.cli.agent", "agent_command"),
         "slurm-bridge": Lazy("boltforge.cli.slurm", "slurm_bridge_command"),

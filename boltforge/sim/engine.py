@@ -9,16 +9,20 @@ applied before binds, and growths of elastic jobs after them. An elastic job shr
 evicted, or grown into free capacity, is resized in place: it checkpoints, keeps its progress
 and runs on at its new size after the restart overhead, without going back to the queue (see
 ``boltforge.sim.execution``); capacity freed while such a job runs below its maximum gets a
-full pass even when nothing waits, so it can grow. Nothing reads the wall clock or a global
-random state: the same trace, fleet, configuration and seed give the same result.
+full pass even when nothing waits, so it can grow. An optional ``Controller`` acts on the
+replay at a fixed period up to a horizon, submitting jobs that are not in the trace and
+withdrawing them (the serving study, ``boltforge.sim.serving``). Nothing reads the wall clock
+or a global random state: the same trace, fleet, configuration and seed give the same result.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
+from typing import Protocol
 
 import numpy as np
 
@@ -97,6 +101,7 @@ class Kind(IntEnum):
     FAILURE = 5
     ARRIVAL = 6
     TICK = 7
+    CONTROL = 8
 
 
 class Cause(IntEnum):
@@ -105,6 +110,26 @@ class Cause(IntEnum):
     PREEMPTED = 0
     FAILED = 1
     RECLAIMED = 2
+
+
+class Controller(Protocol):
+    """Acts on a replay at a fixed period, from time 0 to ``horizon_s``, through
+    ``Simulation.submit`` and ``Simulation.withdraw`` (the serving study's autoscalers use one).
+
+    With a controller the replay runs to ``horizon_s`` whether or not the trace is done, and
+    stops at the first event after it. ``control(sim)`` is called every ``period_s`` after the
+    instant's other events and before the scheduler runs (``sim.now`` is the instant); it
+    returns whether the scheduler should make a full pass now even if nothing was freed (say,
+    its jobs are waiting). A running job it withdraws always gets one.
+    """
+
+    @property
+    def period_s(self) -> float: ...
+
+    @property
+    def horizon_s(self) -> float: ...
+
+    def control(self, sim: Simulation) -> bool: ...
 
 
 @dataclass(slots=True)
@@ -123,8 +148,10 @@ class Simulation:
         trace: list[TraceJob],
         config: SimConfig,
         progress: Progress | None = None,
+        controller: Controller | None = None,
     ) -> None:
         self.tree, self.config, self.progress = tree, config, progress
+        self.controller = controller
         self.policy = config.policy
         self.state = FleetState(tree)
         self.rng = np.random.default_rng(config.seed)
@@ -179,6 +206,8 @@ class Simulation:
             self._push(self.spot.next_after(pool, first), Kind.RECLAIM, pool)
         if self.config.interval_s:
             self._push(self.config.interval_s, Kind.TICK)
+        if self.controller is not None:
+            self._push(0.0, Kind.CONTROL)
         self.arrivals_left = len(self.trace)
         while self.events and self._can_progress():
             self._step()
@@ -186,7 +215,10 @@ class Simulation:
         return self.result
 
     def _can_progress(self) -> bool:
-        """Whether any job may still finish: something runs, arrives, or a host comes back."""
+        """Whether any job may still finish: something runs, arrives, or a host comes back.
+        With a controller: whether the next event falls within its horizon."""
+        if self.controller is not None:
+            return self.events[0][0] <= self.controller.horizon_s
         if self.done >= len(self.trace):
             return False
         return bool(self.live) or self.arrivals_left > 0 or self.repairs_left > 0
@@ -213,16 +245,67 @@ class Simulation:
                 freed |= self._reclaim(key)
             elif kind == Kind.HOST_GONE:
                 freed |= self._host_gone(int(key))
-            else:
+            elif kind == Kind.TICK:
                 tick = True
                 if self.config.interval_s and self.done < len(self.trace):
                     self._push(t + self.config.interval_s, Kind.TICK)
+            else:
+                wants, released = self._control()
+                tick |= wants
+                freed |= released
         self._admit(arrived)
         if (freed or tick) and (self.pending or self._may_grow()):
             self._full_pass()
         elif arrived:
             self._arrivals([a for a in arrived if a in self.pending])
         self._sample()
+
+    # -- a controller's jobs ---------------------------------------------------------------
+
+    def _control(self) -> tuple[bool, bool]:
+        """A CONTROL event: call the controller, schedule its next call within the horizon;
+        returns (it asks for a full pass, it stopped a running job)."""
+        controller = self.controller
+        assert controller is not None  # CONTROL events are pushed only with one
+        running = len(self.live)
+        wants = controller.control(self)
+        after = self.now + controller.period_s
+        if after <= controller.horizon_s:
+            self._push(after, Kind.CONTROL)
+        return wants, len(self.live) < running
+
+    def submit(self, job: Job, work_s: float = math.inf) -> None:
+        """Queue ``job``, which is not in the trace, now: it arrives in this instant, after the
+        trace's arrivals, and is scheduled as they are. ``work_s``: seconds of work at its size
+        (infinite: it runs until withdrawn). Its record counts its runs but never finishes the
+        trace (it is not in ``len(trace)``). Raises ``ValueError`` when its id is already
+        known or it cannot fit even the empty fleet."""
+        if job.id in self.records:
+            raise ValueError(f"job {job.id!r} is already known to this simulation")
+        if not fits_empty(self.tree, job.gang):
+            raise ValueError(f"job {job.id!r} ({job.gpus} GPUs) cannot fit even the empty fleet")
+        self.jobs[job.id] = job
+        self.records[job.id] = JobRecord(job.id, job.queue, job.gpus, self.now, work_s)
+        self.remaining[job.id] = work_s
+        self.arrivals_left += 1
+        self._push(self.now, Kind.ARRIVAL, job.id)
+
+    def withdraw(self, key: str) -> None:
+        """Take ``key`` away for good now. A pending job leaves the queue; a running one stops
+        (charged for what its run held, its progress kept as after a checkpoint) and its GPUs
+        go back to the scheduler in this instant. Its record keeps ``finish_s`` None. Raises
+        ``KeyError`` when ``key`` is neither pending nor running (say, submitted in this very
+        instant and not yet arrived)."""
+        if key in self.pending:
+            del self.pending[key]
+            self.reservations = tuple(r for r in self.reservations if r.job != key)
+            return
+        if key not in self.live:
+            raise KeyError(f"job {key!r} is neither pending nor running")
+        live = self._stop(key)
+        out = evacuated(live.segment, self.now)
+        self._charge(key, live, out.allocated_gpu_s, out.productive_gpu_s, out.lost_gpu_s)
+        self.remaining[key] = max(self.remaining[key] - out.work_s, 0.0)
 
     # -- arrivals and passes -------------------------------------------------------------
 
@@ -587,6 +670,8 @@ def simulate(
     trace: list[TraceJob],
     config: SimConfig,
     progress: Progress | None = None,
+    controller: Controller | None = None,
 ) -> SimResult:
-    """Replay ``trace`` on ``tree`` under ``config`` (see ``Simulation``)."""
-    return Simulation(tree, trace, config, progress).run()
+    """Replay ``trace`` on ``tree`` under ``config`` (see ``Simulation``), with
+    ``controller`` acting on it if given (see ``Controller``)."""
+    return Simulation(tree, trace, config, progress, controller).run()
