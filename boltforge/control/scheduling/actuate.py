@@ -213,7 +213,7 @@ def close_run(s: Session, row: JobRow, at: float) -> None:
         run.ended_at = at
         ckpt = row.last_checkpoint_at
         run.checkpoint_at = ckpt if ckpt is not None and ckpt >= run.started_at else None
-        row.attained_gpu_s += run.gpus * max(at - run.started_at, 0.0)
+        row.attained_gpu_s += run.held_gpus * max(at - run.started_at, 0.0)
 
 
 def bind(
@@ -286,6 +286,7 @@ def _new_epoch(
             queue=row.queue,
             team=row.team,
             gpus=gpus,
+            gpu_share=sum(g.share.weight for g in grants if g.share is not None) or None,
             cpus=sum(g.cpus for g in grants),
             dollars_per_hour=hourly_price(tree, grants),
             started_at=world.now,

@@ -431,5 +431,5 @@ def usage(s: Session, now: float, half_life_s: float) -> Usage:
     runs = s.scalars(
         select(RunRow).where((RunRow.ended_at.is_(None)) | (RunRow.ended_at > horizon))
     )
-    held = (Holding(r.queue, r.gpus, r.started_at, r.ended_at) for r in runs)
+    held = (Holding(r.queue, r.held_gpus, r.started_at, r.ended_at) for r in runs)
     return usage_of(held, now, half_life_s)

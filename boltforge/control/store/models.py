@@ -143,7 +143,8 @@ class RunRow(Base):
     """One stretch of a job holding GPUs (an epoch from start to stop): fair-share usage and
     the cost meter are sums over these. ``checkpoint_at`` is the job's last checkpoint inside
     the stretch as known when it ended (None: none); ``cpus`` the CPUs it held (its vCPU-hours);
-    ``dollars_per_hour`` prices both."""
+    ``dollars_per_hour`` prices both. ``gpu_share``: the parts of GPUs it held beside its
+    whole ``gpus`` (MIG instances and fractions, each its part of a GPU; None: none)."""
 
     __tablename__ = "runs"
 
@@ -153,11 +154,17 @@ class RunRow(Base):
     queue: Mapped[str] = mapped_column(String(200))
     team: Mapped[str] = mapped_column(String(63))
     gpus: Mapped[int] = mapped_column(Integer)
+    gpu_share: Mapped[float | None] = mapped_column(Float, default=None)
     cpus: Mapped[float] = mapped_column(Float, default=0.0)
     dollars_per_hour: Mapped[float] = mapped_column(Float, default=0.0)
     started_at: Mapped[float] = mapped_column(Float)
     ended_at: Mapped[float | None] = mapped_column(Float, index=True)
     checkpoint_at: Mapped[float | None] = mapped_column(Float)
+
+    @property
+    def held_gpus(self) -> float:
+        """The GPUs it held, whole and in part: what GPU-hours and usage count."""
+        return self.gpus + (self.gpu_share or 0.0)
 
 
 class LogRow(Base):

@@ -55,7 +55,13 @@ def stretch(run: RunRow, job: JobFacts) -> Stretch:
     ckpt = last_checkpoint(run.checkpoint_at, job.last_checkpoint_at, run.started_at, run.ended_at)
     lost = interrupted(run.epoch, run.ended_at, job.epoch, job.state, job.finished_at)
     return Stretch(
-        run.gpus, run.dollars_per_hour, run.started_at, run.ended_at, ckpt, lost, run.cpus or 0.0
+        run.held_gpus,
+        run.dollars_per_hour,
+        run.started_at,
+        run.ended_at,
+        ckpt,
+        lost,
+        run.cpus or 0.0,
     )
 
 

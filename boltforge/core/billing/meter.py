@@ -40,9 +40,10 @@ class Stretch:
     """One allocation epoch of a job. ``ended_at`` is None while it holds its GPUs;
     ``checkpoint_at`` is the last checkpoint the job reported inside it (None: none);
     ``interrupted`` says whether its work since that checkpoint was lost; ``vcpus`` the CPUs
-    it held (metered in vCPU-hours beside its GPUs)."""
+    it held (metered in vCPU-hours beside its GPUs). ``gpus`` counts parts of GPUs as their
+    part (a MIG instance its compute slices of seven, a fraction its fraction)."""
 
-    gpus: int
+    gpus: float
     dollars_per_hour: float
     started_at: float
     ended_at: float | None

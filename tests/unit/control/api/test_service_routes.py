@@ -1,7 +1,8 @@
 """``/v1/services`` and the autoscaler on the real app: bad specs are refused naming the
 field and fix with nothing stored; a service's replicas are jobs of serving priority that the
 autoscaler submits and cancels as their reported load moves; a service scaled to zero wakes
-on a gateway's report; a job of GPU shares reaches its agent with its share."""
+on a gateway's report; a job of GPU shares reaches its agent with its share and is metered
+for its part of the GPU."""
 
 from __future__ import annotations
 
@@ -142,4 +143,10 @@ def test_a_job_of_gpu_shares_reaches_its_agent_with_its_share(fleet: Fleet) -> N
     second = fleet.submit({**spec, "name": "notebook-2"})
     [other] = [r for n in fleet.nodes.values() for r in n.to_run() if r.job == second]
     assert other.share is not None and other.share.gpu == rep.share.gpu  # packed on one GPU
-    assert fleet.job(job).state in ("scheduled", "running")
+    fleet.start_everything()
+    fleet.clock.advance(3600)
+    for node in fleet.nodes.values():
+        node.heartbeat()
+    metered = fleet.job(job)
+    assert metered.state == "running"
+    assert metered.gpu_hours == pytest.approx(0.25)  # a quarter of a GPU for an hour

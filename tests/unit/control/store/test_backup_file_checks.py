@@ -98,18 +98,21 @@ def write_lines(path: Path, lines: list[Any]) -> Path:
     return path
 
 
+ADDED_0008 = {("jobs", "service"), ("runs", "gpu_share")}
+
+
 def at_0006(lines: Lines) -> Lines:
     """A backup as revision 0006 would have written it: 0007 added only the lease, which
-    backups leave out; 0008 the services table and the jobs' service column."""
+    backups leave out; 0008 the services table, the jobs' service and runs' gpu_share."""
     header = {**lines[0], "revision": "0006"}
     header["tables"] = {t: n for t, n in header["tables"].items() if t != "services"}
     header["columns"] = {
-        t: [c for c in cols if (t, c) != ("jobs", "service")]
+        t: [c for c in cols if (t, c) not in ADDED_0008]
         for t, cols in header["columns"].items()
         if t != "services"
     }
     rows = [
-        {**line, "r": {k: v for k, v in line["r"].items() if (line["t"], k) != ("jobs", "service")}}
+        {**line, "r": {k: v for k, v in line["r"].items() if (line["t"], k) not in ADDED_0008}}
         for line in lines[1:]
         if line["t"] != "services"
     ]

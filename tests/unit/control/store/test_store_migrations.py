@@ -36,6 +36,7 @@ ADDED: list[tuple[str, str, str | None]] = [
     ("0007", "leader", None),
     ("0008", "services", None),
     ("0008", "jobs", "service"),
+    ("0008", "runs", "gpu_share"),
 ]
 
 

@@ -1,4 +1,5 @@
-"""inference services (a new table) and the service a job is a replica of (a new column)
+"""inference services (a new table), the service a job is a replica of, and the parts of
+GPUs a run held (new columns)
 
 Revision ID: 0008
 Revises: 0007
@@ -34,9 +35,13 @@ def upgrade() -> None:
     with op.batch_alter_table("jobs") as batch:
         batch.add_column(sa.Column("service", sa.String(63), nullable=True))
         batch.create_index("ix_jobs_service", ["service"])
+    with op.batch_alter_table("runs") as batch:
+        batch.add_column(sa.Column("gpu_share", sa.Float(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("runs") as batch:
+        batch.drop_column("gpu_share")
     with op.batch_alter_table("jobs") as batch:
         batch.drop_index("ix_jobs_service")
         batch.drop_column("service")
