@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import os
 import re
@@ -11,6 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from boltforge.core.sharing import mig
 from boltforge.spec.errors import _MISSING, Problem, SpecError, from_validation
 from boltforge.spec.loader import read_yaml
 from boltforge.wire.agent import NAME, Inventory
@@ -59,9 +61,10 @@ def from_nvml(nvml: Any, name: str | None = None) -> Inventory:
         handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
         model = _text(nvml.nvmlDeviceGetName(handles[0])) if handles else ""
         total = min((int(nvml.nvmlDeviceGetMemoryInfo(h).total) for h in handles), default=0)
+        gpu, memory_gb = gpu_model(model, total) if count else ("none", 0.0)
+        cut = mig_layout(nvml, handles[0], mig.model_of(gpu, memory_gb)) if handles else None
     finally:
         nvml.nvmlShutdown()
-    gpu, memory_gb = gpu_model(model, total) if count else ("none", 0.0)
     return Inventory(
         name=name or host_name(),
         gpu=gpu,
@@ -70,8 +73,46 @@ def from_nvml(nvml: Any, name: str | None = None) -> Inventory:
         cpus=os.cpu_count() or 1,
         memory_gb=host_memory_gb(),
         address=host_address(),
+        mig=cut is not None,
+        mig_layout=list(cut or ()),
         source="nvml",
     )
+
+
+def mig_layout(nvml: Any, handle: Any, model: str | None) -> tuple[str, ...] | None:
+    """How GPU ``handle`` is cut into MIG instances (profile names by start slice), or None
+    when MIG is off, unsupported, or the GPU has no MIG table here (``core/sharing/mig.py``).
+    Each instance's profile is named from NVML's compute slices and placement size."""
+    error = getattr(nvml, "NVMLError", Exception)
+    try:
+        current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+    except (error, AttributeError):
+        return None
+    if model is None or current != getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1):
+        return None
+    by_shape = {(p.compute, p.size): p.name for p in mig.MODELS[model].values()}
+    found: list[tuple[int, str]] = []
+    for profile_id in range(int(getattr(nvml, "NVML_GPU_INSTANCE_PROFILE_COUNT", 0))):
+        try:
+            info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile_id)
+            instances = _gpu_instances(nvml, handle, info)
+        except error:
+            continue  # a profile this GPU does not offer
+        for instance in instances:
+            placement = nvml.nvmlGpuInstanceGetInfo(instance).placement
+            name = by_shape.get((int(info.sliceCount), int(placement.size)))
+            if name is not None:
+                found.append((int(placement.start), name))
+    return tuple(name for _, name in sorted(found))
+
+
+def _gpu_instances(nvml: Any, handle: Any, info: Any) -> list[Any]:
+    """The GPU instances of profile ``info`` on ``handle`` (pynvml fills a ctypes array)."""
+    room = max(int(info.instanceCount), 1)
+    array = (nvml.c_nvmlGpuInstance_t * room)()
+    count = ctypes.c_uint(0)
+    nvml.nvmlDeviceGetGpuInstances(handle, info.id, array, ctypes.byref(count))
+    return [array[i] for i in range(count.value)]
 
 
 def gpu_model(nvml_name: str, total_bytes: int) -> tuple[str, float]:

@@ -127,7 +127,7 @@ class PoolSpec(_Strict):
                 f"pool {self.name}: nvlink_island {island} does not divide gpus_per_host "
                 f"{self.gpus_per_host}. To fix: use a divisor such as {self.gpus_per_host // 2}"
             )
-        _check_mig(self.name, self.gpu, self.gpu_memory_gb, self.mig, self.mig_layout)
+        check_mig(self.name, self.gpu, self.gpu_memory_gb, self.mig, self.mig_layout)
         return self
 
     @property
@@ -157,7 +157,7 @@ class PoolSpec(_Strict):
         )
 
 
-def _check_mig(pool: str, gpu: str, memory_gb: float, on: bool, layout: list[str]) -> None:
+def check_mig(pool: str, gpu: str, memory_gb: float, on: bool, layout: list[str]) -> None:
     """Raise ``ValueError`` (with the fix) when a pool's MIG settings do not fit its GPUs."""
     if layout and not on:
         raise ValueError(f"pool {pool} has a `mig_layout` but not `mig: true`. To fix: add it")

@@ -26,7 +26,8 @@ class Inventory(_Wire):
     for a GPU host. ``address`` is where the node's peers reach it (``MASTER_ADDR``).
     ``node_class`` (gpu, cpu or storage; by default by its GPUs), ``storage_gb`` and
     ``storage_gbps`` (a storage node's local capacity) and ``price_per_vcpu_hour`` are its
-    pool's, as in the fleet spec."""
+    pool's, as in the fleet spec, and so are ``mig`` (its GPUs may be cut into MIG instances)
+    and ``mig_layout`` (how each idle GPU is cut: profile names, from NVML where present)."""
 
     name: str = Field(pattern=NAME)
     pool: str = Field("default", pattern=NAME)
@@ -45,6 +46,8 @@ class Inventory(_Wire):
     node_class: Literal["gpu", "cpu", "storage"] | None = None
     storage_gb: float = Field(0, ge=0)
     storage_gbps: float = Field(0, ge=0)
+    mig: bool = False
+    mig_layout: list[str] = Field([], max_length=7)
     address: str = "127.0.0.1"
     source: Literal["nvml", "declared"] = "declared"
 

@@ -7,11 +7,12 @@ from dataclasses import dataclass
 
 from boltforge.core.model.topology import HostLayout, Pool, Tier, TopologyTree
 from boltforge.spec.errors import Problem, SpecError
+from boltforge.spec.fleet import check_mig
 from boltforge.wire.agent import Inventory
 
 HARDWARE = (
     *("gpu", "gpu_memory_gb", "gpus", "nvlink_island", "cpus", "memory_gb", "rails"),
-    *("node_class", "storage_gb", "storage_gbps"),
+    *("node_class", "storage_gb", "storage_gbps", "mig", "mig_layout"),
 )
 
 
@@ -59,6 +60,8 @@ def to_pool(inv: Inventory) -> Pool:
         storage_gb=inv.storage_gb,
         storage_gbps=inv.storage_gbps,
         price_per_vcpu_hour=inv.price_per_vcpu_hour,
+        mig=inv.mig,
+        mig_layout=tuple(inv.mig_layout),
     )
 
 
@@ -77,6 +80,10 @@ def check_inventory(inv: Inventory, pool_peer: Inventory | None) -> None:
                 f"must divide the node's {inv.gpus} GPUs. To fix: use a divisor of {inv.gpus}",
             )
         )
+    try:
+        check_mig(inv.pool, inv.gpu, inv.gpu_memory_gb, inv.mig, inv.mig_layout)
+    except ValueError as e:
+        problems.append(Problem("inventory.mig", inv.mig_layout or inv.mig, str(e)))
     if pool_peer is not None and pool_peer.name != inv.name:
         for field in HARDWARE:
             mine, theirs = getattr(inv, field), getattr(pool_peer, field)
