@@ -65,7 +65,7 @@ from boltforge.agent.processes import (
     spawn,
 )
 from boltforge.agent.replica import Replica
-from boltforge.agent.sharing import gpus_used
+from boltforge.agent.sharing import gpus_used, mig_device
 from boltforge.wire.agent import ReplicaSpec, ReplicaStatus
 
 log = logging.getLogger("boltforge.agent")
@@ -124,6 +124,7 @@ class AgentRuntime:
         replica = Replica(spec, paths)
         env = replica_env(spec, paths, self.env)
         try:
+            env = await self._on_mig_device(spec, env)
             prepare(paths)
             if not await self._preflight(replica, env):
                 return
@@ -139,6 +140,26 @@ class AgentRuntime:
         log.info("started replica %s (epoch %d) as pid %s", spec.replica, spec.epoch, replica.pid)
         self.outbox.add_event(replica.event("started", time.time(), pid=replica.pid))
         self._spawn(self._watch(replica))
+
+    async def _on_mig_device(self, spec: ReplicaSpec, env: dict[str, str]) -> dict[str, str]:
+        """``env`` with ``CUDA_VISIBLE_DEVICES`` naming the replica's MIG device by UUID when
+        it holds a MIG instance and NVML is here (else as it is: declared GPUs). Raises
+        ``ValueError`` when NVML shows no instance where the scheduler placed it."""
+        share = spec.share
+        nvml = self.preflight.nvml if self.preflight is not None else None
+        if share is None or not share.profile or nvml is None:
+            return env
+        try:
+            uuid = await asyncio.to_thread(mig_device, nvml, share.gpu, share.start)
+        except Exception as e:  # NVML's errors are module-specific classes
+            raise ValueError(f"NVML could not name GPU {share.gpu}'s MIG devices: {e}") from e
+        if uuid is None:
+            raise ValueError(
+                f"GPU {share.gpu} has no MIG instance at slice {share.start} for "
+                f"{share.profile}. To fix: cut the GPU as its pool's mig_layout says "
+                "(nvidia-smi mig, or nvidia-mig-manager) and restart the agent"
+            )
+        return {**env, "CUDA_VISIBLE_DEVICES": uuid}
 
     async def _launch_container(
         self, replica: Replica, env: Mapping[str, str]

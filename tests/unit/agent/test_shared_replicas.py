@@ -8,6 +8,8 @@ import asyncio
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 from boltforge.agent.containers import container_env
 from boltforge.agent.converge import plan
@@ -95,3 +97,75 @@ def test_a_whole_gpu_replica_waits_while_a_share_of_its_gpu_is_live(tmp_path: Pa
     busy = asyncio.run(go())
     assert busy == {5} and gpus_used(whole) == [4, 5]
     assert plan([whole], live={}, finished=set(), busy=busy).start == []
+
+
+class NVMLError(Exception):
+    pass
+
+
+def mig_nvml(instances: dict[int, tuple[int, str]]) -> Any:
+    """pynvml's MIG-device calls for GPU 2, whose MIG slots hold ``instances``
+    (slot -> (start slice, device UUID)); the other slots are empty."""
+
+    def child(parent: int, index: int) -> int:
+        if index not in instances:
+            raise NVMLError("Not Found")
+        return index
+
+    return SimpleNamespace(
+        NVMLError=NVMLError,
+        nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetMaxMigDeviceCount=lambda h: 7,
+        nvmlDeviceGetMigDeviceHandleByIndex=child,
+        nvmlDeviceGetGpuInstanceId=lambda c: 10 + c,
+        nvmlDeviceGetGpuInstanceById=lambda h, gi: gi - 10,
+        nvmlGpuInstanceGetInfo=lambda gi: SimpleNamespace(
+            placement=SimpleNamespace(start=instances[gi][0])
+        ),
+        nvmlDeviceGetUUID=lambda c: instances[c][1].encode(),
+    )
+
+
+class NodeChecks:
+    """The node's preflight as the runtime sees it: NVML, and checks that pass."""
+
+    def __init__(self, nvml: Any) -> None:
+        self.nvml = nvml
+
+    async def run(self, gpus: list[int], env: dict[str, str]) -> Any:
+        return SimpleNamespace(ok=True, evidence="")
+
+
+def run_on(tmp_path: Path, nvml: Any, replica: ReplicaSpec) -> AgentRuntime:
+    preflight = cast(Any, NodeChecks(nvml))
+    rt = AgentRuntime(
+        tmp_path / "work", Outbox(), on_exit=lambda: None, env={}, preflight=preflight
+    )
+
+    async def go() -> None:
+        await rt.start(replica)
+        deadline = asyncio.get_running_loop().time() + 10
+        while not any(e.kind in ("exited", "failed") for e in rt.outbox.events):
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.02)
+
+    asyncio.run(go())
+    return rt
+
+
+def test_with_nvml_a_mig_replica_sees_its_own_mig_device(tmp_path: Path) -> None:
+    nvml = mig_nvml({0: (0, "MIG-aaaa"), 3: (4, "MIG-bbbb")})
+    replica = spec(INSTANCE)  # 3g.40gb at slice 4 of GPU 2
+    rt = run_on(tmp_path, nvml, replica)
+    seen = json.loads(replica_paths(rt.work_dir, replica).log.read_text())
+    assert seen["CUDA_VISIBLE_DEVICES"] == "MIG-bbbb"
+    assert seen["BOLT_GPU_SHARE"] == "mig:3g.40gb@4"
+
+
+def test_a_mig_instance_the_gpu_lacks_fails_the_replica_with_the_fix(tmp_path: Path) -> None:
+    rt = run_on(tmp_path, mig_nvml({0: (0, "MIG-aaaa")}), spec(INSTANCE))
+    [failed] = [e for e in rt.outbox.events if e.kind == "failed"]
+    assert "no MIG instance at slice 4" in (failed.detail or "")
+    assert "To fix" in (failed.detail or "")
