@@ -71,7 +71,7 @@ from boltforge.core.queueing.estimates import fill_estimates
 from boltforge.core.queueing.fairshare import order as fair_order
 from boltforge.core.queueing.ordering import FairOrder, las_queue, order_jobs
 from boltforge.core.queueing.quota import QuotaTree, Verdict, admit, reclaimable_for
-from boltforge.core.sharing.place import as_placement, is_shared, place_shares
+from boltforge.core.sharing.place import as_placement, is_shared, place_shares, whole_gpu_gang
 
 # Lookahead window: how many jobs behind the one being placed it checks (policy.lookahead
 # bounds how far down the queue lookahead runs at all).
@@ -370,12 +370,21 @@ def _consider_one(
 
 
 def _consider_shared(p: _Pass, job: Job, position: int) -> None:
-    """A job of GPU shares (MIG instances, fractions): bound now or left waiting; it neither
-    preempts nor reserves (``core/sharing/place.py``)."""
+    """A job of GPU shares (MIG instances, fractions; ``core/sharing/place.py``): bound now;
+    else, under a preempting policy, bound on GPUs freed from jobs it may bump, as a job of
+    one whole GPU per replica would free them (``_preempt``); else left waiting. It does not
+    reserve."""
     plan = place_shares(p.work, job.gang)
     if plan.grants is None:
+        reasons = plan.notes
+        if not plan.never and p.policy.preemption:
+            seeker = replace(job, gang=whole_gpu_gang(p.work.tree, job.gang))
+            bumped, why_not = _preempt(p, job, position, frozenset(), seeker)
+            if bumped:
+                return
+            reasons = (*reasons, *why_not)
         reason = WaitReason.NEVER if plan.never else WaitReason.CAPACITY
-        p.waiting.append(Waiting(job.id, position, reason, plan.notes))
+        p.waiting.append(Waiting(job.id, position, reason, reasons))
         return
     placement = as_placement(p.work, job.id, job.gang, plan)
     verdict = _admit(p, job, placement)
@@ -604,10 +613,15 @@ def _bind(
 
 
 def _preempt(
-    p: _Pass, job: Job, position: int, blocked: frozenset[int]
+    p: _Pass, job: Job, position: int, blocked: frozenset[int], seeker: Job | None = None
 ) -> tuple[bool, tuple[str, ...]]:
     """Evict or shrink the cheapest victims that free a topology-valid placement, when the
-    work they lose is less than the job's GPU time spent waiting. Returns (started, reasons)."""
+    work they lose is less than the job's GPU time spent waiting. Returns (started, reasons).
+
+    ``seeker``: a job of shares looks for victims as this job of whole GPUs (its size, its
+    class, its standing), then takes its shares on what they free."""
+    if seeker is not None:
+        return _preempt_for_shares(p, job, position, seeker)
     if _bumps_nobody(p, job.priority):
         return False, ()
     alive = [r for r in p.running.values() if r.job.id in p.work.allocations]
@@ -647,6 +661,39 @@ def _preempt(
     _evict(p, job, found)
     note = "; ".join((sentence, *found.explanation))
     _bind(p, job, found.placement, position, note=note, borrowed=verdict.borrowed)
+    return True, ()
+
+
+def _preempt_for_shares(
+    p: _Pass, job: Job, position: int, seeker: Job
+) -> tuple[bool, tuple[str, ...]]:
+    """``_preempt`` for a job of shares: the victims ``seeker`` (its whole-GPU stand-in)
+    would bump, kept only when ``job``'s shares then fit on the state they leave."""
+    if _bumps_nobody(p, seeker.priority) or p.preempt_attempts <= 0:
+        return False, ()
+    alive = [r for r in p.running.values() if r.job.id in p.work.allocations]
+    standing = _standing(p, seeker)
+    p.preempt_attempts -= 1
+    found = find_victims(
+        p.work, seeker, alive, _rules(p.policy), p.now, p.recent, frozenset(), frozenset(),
+        standing, p.explain,
+    )  # fmt: skip
+    if isinstance(found, NoVictims) or not found.jobs:
+        return False, found.reasons if isinstance(found, NoVictims) else ()
+    worth, sentence = preemption_worth_it(found, seeker, None if standing else _wait(p, seeker))
+    if not worth:
+        return False, (sentence,)
+    freed = release_victims(p.work, found)
+    plan = place_shares(freed, job.gang)
+    if plan.grants is None:
+        return False, ()
+    placement = as_placement(freed, job.id, job.gang, plan)
+    verdict = _admit(p, job, placement)
+    if not verdict.ok:
+        return False, (verdict.reason,)
+    _evict(p, job, found)
+    note = "; ".join((sentence, *found.explanation))
+    _bind(p, job, placement, position, note=note, borrowed=verdict.borrowed)
     return True, ()
 
 

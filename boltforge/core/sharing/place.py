@@ -15,14 +15,14 @@ Shares never sit beside an exclusive job: a shared GPU is taken whole in the fle
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from boltforge.core.model.gang import Gang, Role
 from boltforge.core.model.levels import Level
 from boltforge.core.model.state import Allocation, FleetState, Grant
-from boltforge.core.model.topology import Pool
+from boltforge.core.model.topology import Pool, TopologyTree
 from boltforge.core.placement.answers import Decision, Outcome, Placement, RolePlan
 from boltforge.core.placement.crossing import LEVEL_KEYS, CostBreakdown
 from boltforge.core.sharing import mig
@@ -292,3 +292,26 @@ def decide(state: FleetState, gang: Gang) -> Decision:
         fix = "ask for a profile or memory that a pool's GPUs offer, or add such a pool"
         return Decision(Outcome.NEVER, reasons=plan.notes, fixes=(fix,))
     return Decision(Outcome.NOT_NOW, reasons=plan.notes, fixes=("wait for shares to end",))
+
+
+def whole_gpu_gang(tree: TopologyTree, gang: Gang) -> Gang:
+    """``gang`` with each share made one whole GPU on the pools that could give the share:
+    what a job of shares needs freed when it preempts (one idle GPU per replica holds any
+    share)."""
+    roles = []
+    for role in gang.roles:
+        ask = role.share
+        assert ask is not None
+        pools = frozenset(p.name for p in tree.pools if _could_give(p, role, ask))
+        capability = replace(role.capability, pools=pools)
+        roles.append(replace(role, gpus=1, share=None, capability=capability))
+    return replace(gang, roles=tuple(roles))
+
+
+def _could_give(pool: Pool, role: Role, ask: ShareAsk) -> bool:
+    if not role.capability.accepts(pool, True):
+        return False
+    if ask.profile:
+        model = model_of(pool)
+        return model is not None and ask.profile in mig.MODELS[model]
+    return _fraction_share(pool, ask, 0).memory_gb <= pool.gpu_memory_gb

@@ -16,6 +16,7 @@ from boltforge.core.model.state import FleetState
 from boltforge.core.model.topology import TopologyTree
 from boltforge.core.model.workload import Job, Running
 from boltforge.core.policy import POLICIES
+from boltforge.core.preempt.victims import PreemptRules
 from boltforge.core.sharing import mig
 from boltforge.core.sharing.place import carve_now
 from boltforge.core.sharing.share import ShareAsk
@@ -192,3 +193,40 @@ def _check(lab: Fleet) -> None:
             assert use.fraction <= 1 + 1e-9 and use.memory_gb <= 80 + 1e-9
     held = len(exclusive) + len(lab.state.shared)
     assert lab.state.free_gpus == 32 - held
+
+
+def running_low(lab: Fleet, name: str, gpus: int = 8) -> None:
+    """A batch-class training job started on the fleet: preemptible, checkpointing."""
+    job = whole(name, gpus)
+    lab.submit(job)
+    assert name in lab.running
+
+
+# One 8-GPU host: let a preemption take all of it (the default churn budget, 5% of the
+# fleet's GPUs per 10 minutes, rounds down to none here).
+WHOLE_HOST = POLICY.with_(preempt_rules=PreemptRules(min_runtime_s=0.0, churn_fraction=1.0))
+
+
+def test_a_serving_share_preempts_batch_training_for_one_gpu() -> None:
+    lab = Fleet(make_fleet(racks=1, hosts=1, pools=[CUT_SMALL]))
+    running_low(lab, "train")
+    role = Role("server", 1, 0, share=ShareAsk("3g.40gb"))
+    serving = Job("infer", Gang("infer", (role,), team="lab", priority=0), "lab", 0.0)
+    snap = Snapshot(lab.state.copy(), (serving,), tuple(lab.running.values()), 3600.0)
+    result = run_cycle(snap, WHOLE_HOST)
+    assert [e.job for e in result.evictions] == ["train"]
+    [bind] = result.binds
+    [grant] = bind.placement.grants
+    assert grant.share is not None and grant.share.profile == "3g.40gb"
+    assert any("re-carves" in n or "already cut" in n for n in bind.placement.notes)
+
+
+def test_a_share_of_the_same_class_waits_rather_than_bump_anyone() -> None:
+    lab = Fleet(make_fleet(racks=1, hosts=1, pools=[CUT_SMALL]))
+    running_low(lab, "train")
+    role = Role("worker", 1, 0, share=ShareAsk("1g.10gb"))
+    notebook = Job("nb", Gang("nb", (role,), team="lab", priority=3), "lab", 0.0)
+    snap = Snapshot(lab.state.copy(), (notebook,), tuple(lab.running.values()), 3600.0)
+    result = run_cycle(snap, WHOLE_HOST)
+    assert result.evictions == () and result.binds == ()
+    assert [w.reason for w in result.waiting] == [WaitReason.CAPACITY]
