@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from boltforge.core.serving.autoscale import Autoscale
 from boltforge.spec.errors import _MISSING, Problem, SpecError, from_validation
-from boltforge.spec.loader import read_yaml
+from boltforge.spec.loader import read_text, read_yaml
 
 HEADER = ("time_s", "service", "requests_per_s")
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
@@ -88,14 +88,7 @@ def _problem(source: str, line: int, column: str | None, value: object, text: st
 
 def read_requests(path: str | Path) -> RequestTrace:
     """Read and validate the request-rate CSV in ``path`` (see the module docstring)."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(str(p), [Problem("file", _MISSING, "does not exist")]) from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
-        raise SpecError(str(p), [Problem("file", _MISSING, f"cannot be read: {e}")]) from None
-    return parse_requests(text, str(p))
+    return parse_requests(read_text(path), str(path))
 
 
 def parse_requests(text: str, source: str = "requests") -> RequestTrace:

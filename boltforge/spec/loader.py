@@ -12,14 +12,18 @@ from boltforge.spec.errors import _MISSING, Problem, SpecError
 
 def read_yaml(path: str | Path) -> Any:
     """Load one YAML document from ``path``."""
+    return parse_yaml(read_text(path), str(path))
+
+
+def read_text(path: str | Path) -> str:
+    """The UTF-8 text of ``path``; ``SpecError`` naming the file when it cannot be read."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SpecError(str(p), [Problem("file", _MISSING, "does not exist")]) from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
         raise SpecError(str(p), [Problem("file", _MISSING, f"cannot be read: {e}")]) from None
-    return parse_yaml(text, str(p))
 
 
 def parse_yaml(text: str, source: str) -> Any:
