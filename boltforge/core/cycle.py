@@ -406,9 +406,13 @@ def _release_hold(p: _Pass, job: Job) -> Allocation | None:
 def _recover(p: _Pass, job: Job, position: int) -> bool:
     """Restart a job that lost hosts on the GPUs it kept, replacing only the lost replicas
     with the closest healthy hosts (``core/placement/recovery.py``), outside reserved hosts it would
-    delay and within its quota. Returns whether it was bound."""
+    delay and within its quota. Returns whether it was bound.
+
+    Its own held hosts are never fenced off: a reservation made on them counted on the hold
+    running out, and the hold is there for exactly this restart."""
     assert job.held is not None
-    with p.work.fenced(_blocked_hosts(p, job)):
+    held = {g.host for g in job.held.allocation.grants}
+    with p.work.fenced(_blocked_hosts(p, job) - held):
         placement = recover(p.work, job.gang, job.held)
     if placement is None:
         return False

@@ -202,9 +202,17 @@ class Fleet:
         """Run scheduling passes until nothing changes (as the loop would on its wake-ups).
         Every scenario checks on the way that the in-memory world the passes read is the
         store's live part exactly (``mirror_agrees``)."""
+        scheduler = self.rt.scheduler
         for _ in range(5):
-            touched = self.rt.scheduler.pass_once()  # it wakes the nodes it touched
-            if not touched.nodes and not touched.jobs:
+            touched = scheduler.pass_once()  # it wakes the nodes it touched
+            if touched.nodes or touched.jobs:
+                continue
+            # The server's own loop may have taken the work asked for before this pass did:
+            # wait for its pass to end, then stop only if nothing is asked for still.
+            deadline = time.monotonic() + 30.0
+            while scheduler.passing() and time.monotonic() < deadline:
+                time.sleep(0.005)
+            if scheduler.wanted() == (0, False):
                 break
         mirror_agrees(self.rt)
 

@@ -149,6 +149,7 @@ class Scheduler:
         self._pending_lock = threading.Lock()
         self._arrivals: list[str] = []
         self._other = True
+        self._in_flight = 0  # passes begun and not yet returned (``passing``)
         self._world: World | None = None
         self._world_version = -1
         self._committed = Touched()
@@ -174,6 +175,12 @@ class Scheduler:
         pass was asked for."""
         with self._pending_lock:
             return len(self._arrivals), self._other
+
+    def passing(self) -> bool:
+        """Whether a pass is under way (counted from the moment it took what was asked of
+        it, so ``wanted`` and ``passing`` together tell whether anything is left to do)."""
+        with self._pending_lock:
+            return self._in_flight > 0
 
     def poke(self) -> None:
         """Ask for a pass soon that only dispatches and serves arrivals (replicas exited,
@@ -251,6 +258,14 @@ class Scheduler:
                 self._other = False
             else:
                 allow_full = False
+            self._in_flight += 1
+        try:
+            return self._pass(arrivals, other, allow_full)
+        finally:
+            with self._pending_lock:
+                self._in_flight -= 1
+
+    def _pass(self, arrivals: list[str], other: bool, allow_full: bool) -> Touched:
         touched = self._committed = Touched()  # grows as each step commits
         with self.lock:
             now = self.clock()

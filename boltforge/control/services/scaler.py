@@ -18,7 +18,6 @@ from boltforge.control.jobs.cancel import cancel_jobs
 from boltforge.control.jobs.intake import Order
 from boltforge.control.jobs.submit import check_fit
 from boltforge.control.runtime import Runtime
-from boltforge.control.scheduling.actuate import Touched
 from boltforge.control.scheduling.lifecycle import WAITING
 from boltforge.control.services.state import (
     Replicas,
@@ -69,11 +68,13 @@ class Scaler:
                 await self._submit(launch)
 
     def plan(self) -> list[Launch]:
-        """Decide every active service's count now; cancel the surplus, return the missing."""
+        """Decide every active service's count now; cancel the surplus, return the missing.
+        Deciding reads and writes only the services' rows; the scheduler's lock is taken
+        only to cancel, as a user's cancel takes it."""
         rt, now = self.rt, self.rt.clock()
         launches: list[Launch] = []
-        touched = Touched()
-        with rt.scheduler.lock, rt.db.session() as s:
+        let_go: list[str] = []
+        with rt.db.session() as s:
             rows = list(s.scalars(select(ServiceRow).where(ServiceRow.state == "active")))
             for row in rows:
                 replicas = replicas_of(s, row.name)
@@ -82,11 +83,18 @@ class Scaler:
                 if want > have:
                     launches.append(Launch(row.name, spec_of(row), want - have))
                 elif want < have:
-                    touched |= cancel_jobs(s, surplus(replicas, have - want), AUTOSCALER, now)
-        if touched.jobs:
-            rt.scheduler.announce(touched)
-            rt.scheduler.wake()
+                    let_go += [j.id for j in surplus(replicas, have - want)]
+        if let_go:
+            self._cancel(let_go, now)
         return launches
+
+    def _cancel(self, job_ids: list[str], now: float) -> None:
+        rt = self.rt
+        with rt.scheduler.lock, rt.db.session() as s:
+            jobs = [j for j in (s.get(JobRow, i) for i in job_ids) if j is not None]
+            touched = cancel_jobs(s, jobs, AUTOSCALER, now)
+        rt.scheduler.announce(touched)
+        rt.scheduler.wake()
 
     def _decide(self, s: Session, row: ServiceRow, replicas: Replicas, now: float) -> int:
         spec = spec_of(row)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from boltforge.core.cycle import Snapshot, run_cycle
-from boltforge.core.decisions import CycleResult
+from boltforge.core.decisions import CycleResult, Reserve
 from boltforge.core.model.gang import Gang
 from boltforge.core.model.state import Allocation, FleetState, Grant
 from boltforge.core.model.topology import TopologyTree
@@ -100,6 +100,23 @@ def test_held_gpus_are_not_given_to_another_job_while_the_gang_cannot_restart() 
     result = cycle(state, [rival, gang], tuple(running))
     assert not result.binds
     assert {w.job for w in result.waiting} == {"rival", "g"}
+
+
+def test_a_reservation_made_on_held_hosts_does_not_keep_the_gang_from_restarting() -> None:
+    """A rival ahead in line reserved the held hosts for when the hold runs out; once a
+    replacement host frees up, the gang still restarts on what it held."""
+    state = FleetState(FLEET)
+    state.cordoned[h(0, 2)] = True
+    running = (busy(state, "bg", [*(h(1, i) for i in range(4))]),)
+    rival = job("rival", 2, submit=-10.0)
+    promised = place_gang(FleetState(FLEET), rival.gang)[0]
+    assert promised is not None
+    reserved = Reserve("rival", 60.0, promised, frozenset({h(0, 0), h(0, 1)}))
+    gang = job("g", 3, held=hold_of("g", {0: h(0, 0), 1: h(0, 1)}, (h(0, 2),)))
+    state.allocate(gang.held.allocation)  # type: ignore[union-attr]
+    snap = Snapshot(state, (rival, gang), running, 0.0)
+    result = run_cycle(snap, POLICY, reservations=(reserved,))
+    assert hosts_of(result, "g") == {0: h(0, 0), 1: h(0, 1), 2: h(0, 3)}
 
 
 def test_without_its_hold_the_gpus_go_to_the_next_job() -> None:
