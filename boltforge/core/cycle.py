@@ -71,7 +71,7 @@ from boltforge.core.queueing.estimates import fill_estimates
 from boltforge.core.queueing.fairshare import order as fair_order
 from boltforge.core.queueing.ordering import FairOrder, las_queue, order_jobs
 from boltforge.core.queueing.quota import QuotaTree, Verdict, admit, reclaimable_for
-from boltforge.core.sharing.place import as_placement, is_shared, place_shares, whole_gpu_gang
+from boltforge.core.sharing.place import as_placement, place_shares, whole_gpu_gang
 
 # Lookahead window: how many jobs behind the one being placed it checks (policy.lookahead
 # bounds how far down the queue lookahead runs at all).
@@ -311,7 +311,7 @@ def _consider(
 def _consider_one(
     p: _Pass, job: Job, position: int, may_reserve: bool, upcoming: tuple[Gang, ...]
 ) -> None:
-    if is_shared(job.gang):
+    if job.gang.shared:
         _consider_shared(p, job, position)
         return
     if _hopeless(p, job, may_reserve):

@@ -138,7 +138,8 @@ class Shape:
 @dataclass(frozen=True, slots=True)
 class Gang:
     """All roles of one job, placed together or not at all. ``shape`` is what placement
-    depends on (see ``Shape``)."""
+    depends on (see ``Shape``); ``shared``: its replicas ask for parts of GPUs
+    (``core/sharing``; every role does, as the spec requires)."""
 
     name: str
     roles: tuple[Role, ...]
@@ -149,6 +150,7 @@ class Gang:
     total_cpus: float = field(init=False, repr=False, compare=False)
     total_memory_gb: float = field(init=False, repr=False, compare=False)
     shape: Shape = field(init=False, repr=False, compare=False)
+    shared: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         roles = self.roles
@@ -169,6 +171,7 @@ class Gang:
             for r in roles
         )
         object.__setattr__(self, "shape", Shape.of((needs, self.topology)))
+        object.__setattr__(self, "shared", any(r.share is not None for r in roles))
 
     def resized(self, replicas: int) -> Gang:
         """This gang with ``replicas`` replicas of its first role (an elastic job's size)."""

@@ -41,7 +41,7 @@ class SharePlan:
 
 def is_shared(gang: Gang) -> bool:
     """Whether ``gang`` asks for parts of GPUs (every role then does; see the spec)."""
-    return any(r.share is not None for r in gang.roles)
+    return gang.shared
 
 
 def model_of(pool: Pool) -> str | None:
