@@ -373,13 +373,15 @@ def _consider_shared(p: _Pass, job: Job, position: int) -> None:
     """A job of GPU shares (MIG instances, fractions; ``core/sharing/place.py``): bound now;
     else, under a preempting policy, bound on GPUs freed from jobs it may bump, as a job of
     one whole GPU per replica would free them (``_preempt``); else left waiting. It does not
-    reserve."""
-    plan = place_shares(p.work, job.gang)
+    reserve, and like any job it stays off hosts reserved for a start it would delay."""
+    blocked = _blocked_hosts(p, job)
+    with p.work.fenced(blocked):
+        plan = place_shares(p.work, job.gang)
     if plan.grants is None:
         reasons = plan.notes
         if not plan.never and p.policy.preemption:
             seeker = replace(job, gang=whole_gpu_gang(p.work.tree, job.gang))
-            bumped, why_not = _preempt(p, job, position, frozenset(), seeker)
+            bumped, why_not = _preempt(p, job, position, blocked, seeker)
             if bumped:
                 return
             reasons = (*reasons, *why_not)
@@ -625,7 +627,7 @@ def _preempt(
     ``seeker``: a job of shares looks for victims as this job of whole GPUs (its size, its
     class, its standing), then takes its shares on what they free."""
     if seeker is not None:
-        return _preempt_for_shares(p, job, position, seeker)
+        return _preempt_for_shares(p, job, position, blocked, seeker)
     if _bumps_nobody(p, job.priority):
         return False, ()
     alive = [r for r in p.running.values() if r.job.id in p.work.allocations]
@@ -669,26 +671,29 @@ def _preempt(
 
 
 def _preempt_for_shares(
-    p: _Pass, job: Job, position: int, seeker: Job
+    p: _Pass, job: Job, position: int, blocked: frozenset[int], seeker: Job
 ) -> tuple[bool, tuple[str, ...]]:
     """``_preempt`` for a job of shares: the victims ``seeker`` (its whole-GPU stand-in)
-    would bump, kept only when ``job``'s shares then fit on the state they leave."""
+    would bump off ``blocked`` hosts, kept only when ``job``'s shares then fit on the state
+    they leave."""
     if _bumps_nobody(p, seeker.priority) or p.preempt_attempts <= 0:
         return False, ()
     alive = [r for r in p.running.values() if r.job.id in p.work.allocations]
     standing = _standing(p, seeker)
     p.preempt_attempts -= 1
-    found = find_victims(
-        p.work, seeker, alive, _rules(p.policy), p.now, p.recent, frozenset(), frozenset(),
-        standing, p.explain,
-    )  # fmt: skip
+    with p.work.fenced(blocked):
+        found = find_victims(
+            p.work, seeker, alive, _rules(p.policy), p.now, p.recent, frozenset(),
+            frozenset(), standing, p.explain,
+        )  # fmt: skip
     if isinstance(found, NoVictims) or not found.jobs:
         return False, found.reasons if isinstance(found, NoVictims) else ()
     worth, sentence = preemption_worth_it(found, seeker, None if standing else _wait(p, seeker))
     if not worth:
         return False, (sentence,)
     freed = release_victims(p.work, found)
-    plan = place_shares(freed, job.gang)
+    with freed.fenced(blocked):
+        plan = place_shares(freed, job.gang)
     if plan.grants is None:
         return False, ()
     placement = as_placement(freed, job.id, job.gang, plan)

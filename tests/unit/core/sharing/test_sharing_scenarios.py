@@ -10,11 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from boltforge.core.cycle import Snapshot, run_cycle
-from boltforge.core.decisions import WaitReason
+from boltforge.core.decisions import Reserve, WaitReason
 from boltforge.core.model.gang import Capability, Gang, Role
 from boltforge.core.model.state import FleetState
 from boltforge.core.model.topology import TopologyTree
 from boltforge.core.model.workload import Job, Running
+from boltforge.core.placement.place import place_gang
 from boltforge.core.policy import POLICIES
 from boltforge.core.preempt.victims import PreemptRules
 from boltforge.core.sharing import mig
@@ -230,3 +231,19 @@ def test_a_share_of_the_same_class_waits_rather_than_bump_anyone() -> None:
     result = run_cycle(snap, WHOLE_HOST)
     assert result.evictions == () and result.binds == ()
     assert [w.reason for w in result.waiting] == [WaitReason.CAPACITY]
+
+
+def test_a_share_stays_off_a_host_reserved_for_a_start_it_would_delay() -> None:
+    tree = make_fleet(racks=1, hosts=2, pools=[PLAIN])
+    lab = Fleet(tree)
+    running_low(lab, "busy")  # one host full; the other free but promised
+    free_host = 1 - lab.running["busy"].allocation.grants[0].host
+    big = whole("big", 16)
+    promised = place_gang(FleetState(tree), big.gang)[0]
+    assert promised is not None
+    reserve = Reserve("big", 600.0, promised, frozenset({free_host}))
+    snap = Snapshot(
+        lab.state.copy(), (shared("nb", ShareAsk(fraction=0.25)),), tuple(lab.running.values()), 0.0
+    )
+    result = run_cycle(snap, POLICY, reservations=(reserve,))
+    assert result.binds == () and [w.job for w in result.waiting] == ["nb"]
