@@ -625,16 +625,15 @@ def _preempt(
     work they lose is less than the job's GPU time spent waiting. Returns (started, reasons).
 
     ``seeker``: a job of shares looks for victims as this job of whole GPUs (its size, its
-    class, its standing), then takes its shares on what they free."""
-    if seeker is not None:
-        return _preempt_for_shares(p, job, position, blocked, seeker)
-    if _bumps_nobody(p, job.priority):
+    class, its standing), then takes its shares on what they free (``_shares_after``)."""
+    finder = seeker or job
+    if _bumps_nobody(p, finder.priority):
         return False, ()
     alive = [r for r in p.running.values() if r.job.id in p.work.allocations]
     borrowers = frozenset(r.job.id for r in alive if r.borrowed)
-    reclaim = frozenset(r.job.id for r in alive if r.borrowed and _is_owed(p, job, r))
-    standing = _standing(p, job)
-    mine = standing_of(job, standing)
+    reclaim = frozenset(r.job.id for r in alive if r.borrowed and _is_owed(p, finder, r))
+    standing = _standing(p, finder)
+    mine = standing_of(finder, standing)
     if not reclaim and not any(standing_of(r.job, standing) > mine for r in alive):
         return False, ()  # nothing it may bump: nothing of lower standing, nothing owed to it
     if p.preempt_attempts <= 0:
@@ -643,7 +642,7 @@ def _preempt(
     with p.work.fenced(blocked):
         found = find_victims(
             p.work,
-            job,
+            finder,
             alive,
             _rules(p.policy),
             p.now,
@@ -657,46 +656,13 @@ def _preempt(
         return False, found.reasons
     if not found.jobs and not found.shrink:
         return False, ()
-    wait = None if standing is not None else _wait(p, job)  # Tiresias uses no estimates
-    worth, sentence = preemption_worth_it(found, job, wait)
+    wait = None if standing is not None else _wait(p, finder)  # Tiresias uses no estimates
+    worth, sentence = preemption_worth_it(found, finder, wait)
     if not worth:
         return False, (sentence,)
-    verdict = _admit(p, job, found.placement)
-    if not verdict.ok:
-        return False, (verdict.reason,)
-    _evict(p, job, found)
-    note = "; ".join((sentence, *found.explanation))
-    _bind(p, job, found.placement, position, note=note, borrowed=verdict.borrowed)
-    return True, ()
-
-
-def _preempt_for_shares(
-    p: _Pass, job: Job, position: int, blocked: frozenset[int], seeker: Job
-) -> tuple[bool, tuple[str, ...]]:
-    """``_preempt`` for a job of shares: the victims ``seeker`` (its whole-GPU stand-in)
-    would bump off ``blocked`` hosts, kept only when ``job``'s shares then fit on the state
-    they leave."""
-    if _bumps_nobody(p, seeker.priority) or p.preempt_attempts <= 0:
+    placement = found.placement if seeker is None else _shares_after(p, job, found, blocked)
+    if placement is None:
         return False, ()
-    alive = [r for r in p.running.values() if r.job.id in p.work.allocations]
-    standing = _standing(p, seeker)
-    p.preempt_attempts -= 1
-    with p.work.fenced(blocked):
-        found = find_victims(
-            p.work, seeker, alive, _rules(p.policy), p.now, p.recent, frozenset(),
-            frozenset(), standing, p.explain,
-        )  # fmt: skip
-    if isinstance(found, NoVictims) or not found.jobs:
-        return False, found.reasons if isinstance(found, NoVictims) else ()
-    worth, sentence = preemption_worth_it(found, seeker, None if standing else _wait(p, seeker))
-    if not worth:
-        return False, (sentence,)
-    freed = release_victims(p.work, found)
-    with freed.fenced(blocked):
-        plan = place_shares(freed, job.gang)
-    if plan.grants is None:
-        return False, ()
-    placement = as_placement(freed, job.id, job.gang, plan)
     verdict = _admit(p, job, placement)
     if not verdict.ok:
         return False, (verdict.reason,)
@@ -704,6 +670,15 @@ def _preempt_for_shares(
     note = "; ".join((sentence, *found.explanation))
     _bind(p, job, placement, position, note=note, borrowed=verdict.borrowed)
     return True, ()
+
+
+def _shares_after(p: _Pass, job: Job, found: Victims, blocked: frozenset[int]) -> Placement | None:
+    """Where ``job``'s shares go once ``found`` are evicted (off ``blocked`` hosts); None
+    when they would still not fit."""
+    freed = release_victims(p.work, found)
+    with freed.fenced(blocked):
+        plan = place_shares(freed, job.gang)
+    return None if plan.grants is None else as_placement(freed, job.id, job.gang, plan)
 
 
 def _bumps_nobody(p: _Pass, priority: int) -> bool:

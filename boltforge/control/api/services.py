@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
@@ -34,7 +36,7 @@ FRESH_S = 30.0  # a replica's load report counts this long
 async def apply(req: ServiceRequest, who: Actors, rt: Rt) -> ServiceSummary:
     """Create a service, or update the one of that name. Bad input: 422 naming each field
     and its fix, and nothing is stored; a replica no node could ever run is refused too."""
-    spec = _parse(req)
+    data, spec = _parse(req)
     if not who.acts_for_team(spec.team):
         raise ApiError(
             403,
@@ -43,21 +45,22 @@ async def apply(req: ServiceRequest, who: Actors, rt: Rt) -> ServiceSummary:
         )
     fleet = rt.known_fleet() or await run_in_threadpool(rt.fleet)
     check_fit(spec.template, fleet, req.source or "service")
-    return await run_in_threadpool(_store, rt, who, spec, req)
+    return await run_in_threadpool(_store, rt, who, spec, data)
 
 
-def _parse(req: ServiceRequest) -> ServiceSpec:
+def _parse(req: ServiceRequest) -> tuple[dict[str, Any], ServiceSpec]:
+    """The spec as sent (what is stored) and as validated."""
     source = req.source or "service"
     if (req.spec is None) == (req.yaml is None):
         message = "send the spec once, as `spec` (JSON) or as `yaml` (text)"
         raise SpecError(source, [Problem("spec", _MISSING, message)])
     data = req.spec if req.spec is not None else parse_yaml(req.yaml or "", source)
-    return parse_service(data, source)
+    spec = parse_service(data, source)  # refuses anything but a mapping
+    return dict(data), spec
 
 
-def _store(rt: Runtime, who: Caller, spec: ServiceSpec, req: ServiceRequest) -> ServiceSummary:
+def _store(rt: Runtime, who: Caller, spec: ServiceSpec, data: dict[str, Any]) -> ServiceSummary:
     now = rt.clock()
-    data = dict(req.spec) if req.spec is not None else parse_yaml(req.yaml or "", "service")
     with rt.db.session() as s:
         row = s.get(ServiceRow, spec.name)
         if row is not None and row.state == "active" and row.team != spec.team:

@@ -21,10 +21,10 @@ from boltforge.control.runtime import Runtime
 from boltforge.control.scheduling.lifecycle import WAITING
 from boltforge.control.services.state import (
     Replicas,
+    fresh_reports,
     load_json,
     read_load,
     replicas_of,
-    reporting,
     scaler_json,
     scaler_of,
     spec_of,
@@ -64,8 +64,7 @@ class Scaler:
         """One round: decide and cancel in a thread, then submit what is missing."""
         launches = await asyncio.to_thread(self.plan)
         for launch in launches:
-            for _ in range(launch.count):
-                await self._submit(launch)
+            await self._submit(launch)
 
     def plan(self) -> list[Launch]:
         """Decide every active service's count now; cancel the surplus, return the missing.
@@ -77,11 +76,11 @@ class Scaler:
         with rt.db.session() as s:
             rows = list(s.scalars(select(ServiceRow).where(ServiceRow.state == "active")))
             for row in rows:
-                replicas = replicas_of(s, row.name)
-                want = self._decide(s, row, replicas, now)
+                spec, replicas = spec_of(row), replicas_of(s, row.name)
+                want = self._decide(s, row, spec, replicas, now)
                 have = len(replicas.live)
                 if want > have:
-                    launches.append(Launch(row.name, spec_of(row), want - have))
+                    launches.append(Launch(row.name, spec, want - have))
                 elif want < have:
                     let_go += [j.id for j in surplus(replicas, have - want)]
         if let_go:
@@ -96,9 +95,11 @@ class Scaler:
         rt.scheduler.announce(touched)
         rt.scheduler.wake()
 
-    def _decide(self, s: Session, row: ServiceRow, replicas: Replicas, now: float) -> int:
-        spec = spec_of(row)
-        load = read_load(s, row, replicas, now, self.fresh_s)
+    def _decide(
+        self, s: Session, row: ServiceRow, spec: ServiceSpec, replicas: Replicas, now: float
+    ) -> int:
+        reports = fresh_reports(s, replicas, now, self.fresh_s)
+        load = read_load(row, reports, now, self.fresh_s)
         scale = decide(spec.rules(), scaler_of(row), load)
         if scale.replicas != row.desired:
             row.scale_events += 1
@@ -110,19 +111,21 @@ class Scaler:
         row.desired = scale.replicas
         row.scaler = scaler_json(scale.state)
         gateway = (row.load or {}).get("gateway")
-        count = len(reporting(s, replicas, now, self.fresh_s))
+        count = len({p.job_id for p in reports})
         row.load = {**load_json(load, count), **({"gateway": gateway} if gateway else {})}
         return scale.replicas
 
     async def _submit(self, launch: Launch) -> None:
+        """Submit ``launch.count`` replica jobs, checked against the fleet once."""
         rt = self.rt
         template = launch.spec.template
         fleet = rt.known_fleet() or await asyncio.to_thread(rt.fleet)
         gang = check_fit(template, fleet, f"service {launch.service}")
         who = Caller(AUTOSCALER, "admin", template.team, "server")
-        order = Order(template, None, gang, who, rt.clock(), None, service=launch.service)
-        rows = await rt.intake.write_async(order)
-        rt.notifier.notify(["jobs", *(f"job:{r['id']}" for r in rows)])
+        for _ in range(launch.count):
+            order = Order(template, None, gang, who, rt.clock(), None, service=launch.service)
+            rows = await rt.intake.write_async(order)
+            rt.notifier.notify(["jobs", *(f"job:{r['id']}" for r in rows)])
 
 
 def surplus(replicas: Replicas, count: int) -> list[JobRow]:

@@ -39,10 +39,11 @@ def replicas_of(s: Session, name: str) -> Replicas:
     return Replicas(list(s.scalars(q)))
 
 
-def read_load(s: Session, row: ServiceRow, replicas: Replicas, now: float, fresh_s: float) -> Load:
-    """The service's load now: its running replicas' latest reports (no older than
-    ``fresh_s``) plus the gateway's, rates and queues summed, p99 and KV cache the worst."""
-    parts = _reports(s, replicas, now, fresh_s)
+def read_load(row: ServiceRow, reports: list[RankProgressRow], now: float, fresh_s: float) -> Load:
+    """The service's load now: its running replicas' fresh ``reports`` (``fresh_reports``)
+    plus the gateway's (no older than ``fresh_s``), rates and queues summed, p99 and KV
+    cache the worst."""
+    parts = [dict(p.metrics) for p in reports]
     gateway = (row.load or {}).get("gateway")
     if gateway and now - float(gateway.get("at", 0.0)) <= fresh_s:
         parts.append(gateway)
@@ -55,17 +56,11 @@ def read_load(s: Session, row: ServiceRow, replicas: Replicas, now: float, fresh
     )
 
 
-def _reports(s: Session, replicas: Replicas, now: float, fresh_s: float) -> list[dict[str, Any]]:
-    return [dict(p.metrics) for p in _fresh(s, replicas, now, fresh_s)]
-
-
-def reporting(s: Session, replicas: Replicas, now: float, fresh_s: float) -> set[str]:
-    """The running replica jobs with a fresh load report (ready to serve)."""
-    return {p.job_id for p in _fresh(s, replicas, now, fresh_s)}
-
-
-def _fresh(s: Session, replicas: Replicas, now: float, fresh_s: float) -> list[RankProgressRow]:
-    """The running replicas' load reports no older than ``fresh_s``."""
+def fresh_reports(
+    s: Session, replicas: Replicas, now: float, fresh_s: float
+) -> list[RankProgressRow]:
+    """The running replicas' load reports no older than ``fresh_s``: a replica with one is
+    ready to serve."""
     ids = [j.id for j in replicas.running]
     if not ids:
         return []
@@ -120,7 +115,7 @@ def summary(s: Session, row: ServiceRow, now: float, fresh_s: float) -> ServiceS
     """``row`` as ``bolt serve`` and the console show it."""
     spec = spec_of(row)
     replicas = replicas_of(s, row.name)
-    ready = reporting(s, replicas, now, fresh_s)
+    ready = {p.job_id for p in fresh_reports(s, replicas, now, fresh_s)}
     seen = {k: v for k, v in (row.load or {}).items() if k != "gateway"}
     load = ServiceLoad.model_validate(seen) if "at" in seen else None
     slo = spec.service.autoscale.latency_slo_ms

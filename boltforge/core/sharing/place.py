@@ -16,6 +16,7 @@ Shares never sit beside an exclusive job: a shared GPU is taken whole in the fle
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -57,23 +58,26 @@ def carve_now(pool: Pool, use: GpuUse | None) -> mig.Carve:
         return ()
     busy = use.instances if use is not None and use.mode == MIG else ()
     taken = mig.used_slices(model, busy)
-    declared = mig.layout(model, pool.mig_layout) if pool.mig_layout else ()
+    declared = _declared(model, pool.mig_layout) if pool.mig_layout else ()
     idle = tuple(i for i in declared if not taken & frozenset(i.slices(model)))
     return tuple(sorted((*busy, *idle)))
+
+
+@lru_cache(maxsize=256)
+def _declared(model: str, names: tuple[str, ...]) -> mig.Carve:
+    """A pool's declared layout as a carve (made once per model and layout)."""
+    return mig.layout(model, names)
 
 
 def never_reason(state: FleetState, role: Role) -> str | None:
     """Why no GPU of the fleet could ever hold one replica of ``role``, or None."""
     ask = role.share
     assert ask is not None
-    pools = [p for p in state.tree.pools if role.capability.accepts(p, True)]
+    if any(_could_give(p, role, ask) for p in state.tree.pools):
+        return None
     if ask.profile:
-        fit = [p for p in pools if (m := model_of(p)) and ask.profile in mig.MODELS[m]]
-        if not fit:
-            return f"no MIG-capable pool{_with(role)} offers {ask.profile}"
-    elif not [p for p in pools if _fraction_share(p, ask, 0).memory_gb <= p.gpu_memory_gb]:
-        return f"no pool{_with(role)} has a GPU with {ask.memory_gb:g} GB of memory"
-    return None
+        return f"no MIG-capable pool{_with(role)} offers {ask.profile}"
+    return f"no pool{_with(role)} has a GPU with {ask.memory_gb:g} GB of memory"
 
 
 def _with(role: Role) -> str:
@@ -171,7 +175,7 @@ def _idle(state: FleetState, role: Role, replica: int) -> tuple[Grant, str] | No
     assert ask is not None
     best: tuple[tuple[int, int, int], int, Share, str] | None = None
     for p, pool in enumerate(state.tree.pools):
-        if not role.capability.accepts(pool, True):
+        if not _could_give(pool, role, ask):
             continue
         found = _idle_in_pool(state, role, ask, p, pool)
         if found is not None and (best is None or found[0] < best[0]):
@@ -185,9 +189,7 @@ def _idle(state: FleetState, role: Role, replica: int) -> tuple[Grant, str] | No
 def _idle_in_pool(
     state: FleetState, role: Role, ask: ShareAsk, p: int, pool: Pool
 ) -> tuple[tuple[int, int, int], int, Share, str] | None:
-    model = model_of(pool)
-    if ask.profile and (model is None or ask.profile not in mig.MODELS[model]):
-        return None
+    model = model_of(pool)  # the caller checked that the pool could give the share
     ok = (
         (state.tree.host_pool == p)
         & ~state.cordoned
@@ -203,8 +205,6 @@ def _idle_in_pool(
     name = state.tree.hosts[host].name
     if not ask.profile:
         share = _fraction_share(pool, ask, gpu)
-        if share.memory_gb > pool.gpu_memory_gb:
-            return None
         rank = 1 if pool.mig_layout else 0  # a GPU cut for MIG would have to be made whole
         return (
             (rank, int(state.host_free[host]), host),
@@ -309,6 +309,7 @@ def whole_gpu_gang(tree: TopologyTree, gang: Gang) -> Gang:
 
 
 def _could_give(pool: Pool, role: Role, ask: ShareAsk) -> bool:
+    """Whether an idle GPU of ``pool`` could hold one replica of ``role`` (its ``ask``)."""
     if not role.capability.accepts(pool, True):
         return False
     if ask.profile:
