@@ -21,6 +21,7 @@ new job against the reservations of the last full pass.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -60,6 +61,7 @@ from boltforge.core.placement.single import plan_on_host
 from boltforge.core.policy import Backfill, Ordering, Policy
 from boltforge.core.preempt.choose import (
     NoVictims,
+    Screens,
     Victims,
     find_victims,
     preemption_worth_it,
@@ -140,6 +142,8 @@ class _Pass:
     standing: dict[str, tuple[int, ...]] | None = None  # under LAS, by job id
     spread: dict[str, Counter[int]] | None = None  # jobs per host per spread group (``_apart``)
     unseen: int = 0  # jobs left waiting unlooked-at (``_Tail``)
+    alive: _Alive | None = None  # the running jobs as victim searches see them (``_alive``)
+    fences: _Fences | None = None  # the reservations' hosts, for ``_blocked_hosts``
 
 
 def run_cycle(
@@ -165,11 +169,12 @@ def run_cycle(
     p.estimates_left = policy.estimate_waits if explain else 0
     p.explain = explain
     tail = None if explain else _Tail(ordered, policy)
+    ahead = len(ordered[: policy.lookahead])  # lookahead looks at the jobs before this position
     for position, job in enumerate(ordered):
         if tail is not None and tail.none_can_start(p, position):
             p.unseen = len(ordered) - position  # they wait; nobody reads why
             break
-        upcoming = tuple(j.gang for j in ordered[position + 1 : policy.lookahead][:WINDOW])
+        upcoming = _upcoming(ordered, position, ahead) if position + 1 < ahead else ()
         _consider(p, job, position, upcoming=upcoming)  # 3-8, one job at a time
     resizes = _grow(p)  # 9. grow elastic jobs into what nobody waiting can use
     jobs = {j.id: j for j in ordered}
@@ -183,6 +188,13 @@ def run_cycle(
 
 
 _TOTAL_GPUS, _PRIORITY = attrgetter("total_gpus"), attrgetter("priority")
+_BY_CLASS = (Ordering.FAIR, Ordering.PRIORITY)  # orders that rank by class first
+
+
+def _upcoming(ordered: list[Job], position: int, ahead: int) -> tuple[Gang, ...]:
+    """The gangs lookahead checks the job at ``position`` against: up to ``WINDOW`` jobs
+    behind it, none at or past position ``ahead``."""
+    return tuple(j.gang for j in ordered[position + 1 : ahead][:WINDOW])
 
 
 class _Tail:
@@ -257,6 +269,8 @@ def promised_first(ordered: list[Job], policy: Policy, promised: frozenset[str])
     promised. Other orders are returned as given (arrival order keeps those jobs ahead)."""
     if policy.size is None:
         return ordered
+    if not promised and all(j.held is None for j in ordered):  # every second key is True
+        return ordered if policy.ordering in _BY_CLASS else sorted(ordered, key=_PRIORITY)
     return sorted(ordered, key=lambda j: (j.priority, j.id not in promised and j.held is None))
 
 
@@ -324,9 +338,9 @@ def _consider_one(
         route is not None
     ):  # cost-aware routing (core/placement/routing.py): the route is part of the shape
         shape = (*shape, route.key)
-    if shape in p.failed_shapes:
-        reason, detail = p.failed_shapes[shape]
-        p.waiting.append(Waiting(job.id, position, reason, detail, None))
+    failed = p.failed_shapes.get(shape)
+    if failed is not None:
+        p.waiting.append(Waiting(job.id, position, *failed, None))
         return
     placement = None if upcoming or route is not None or job.spread else _repeat(p, job, shape)
     reasons: tuple[str, ...] = ()
@@ -477,13 +491,34 @@ def _repeat(p: _Pass, job: Job, shape: tuple[object, ...]) -> Placement | None:
 def _blocked_hosts(p: _Pass, job: Job) -> frozenset[int]:
     """Hosts ``job`` must avoid: those reserved for a start before ``job`` would finish."""
     runtime = job.expected_runtime()
-    hosts: set[int] = set()
-    for res in p.reservations:
-        if res.job == job.id:
-            continue
-        if runtime is None or p.now + runtime > res.start:
-            hosts |= res.hosts
-    return frozenset(hosts)
+    end = None if runtime is None else p.now + runtime
+    if p.fences is None or p.fences.count != len(p.reservations):
+        p.fences = _Fences(p.reservations)  # a pass only ever appends reservations
+    if job.id in p.fences.holders:  # its own reservation does not fence it off
+        return _Fences(p.reservations, job.id).before(end)
+    return p.fences.before(end)
+
+
+class _Fences:
+    """The hosts reserved in ``reservations`` (but those of ``owner``), by start: each union
+    of those that start before some time is made once, and the same frozenset (its hash
+    known) handed out again."""
+
+    def __init__(self, reservations: list[Reserve], owner: str | None = None) -> None:
+        mine = sorted((r for r in reservations if r.job != owner), key=_START)
+        self.count = len(reservations)
+        self.holders = frozenset(r.job for r in reservations)
+        self.starts = [r.start for r in mine]
+        self.unions: list[frozenset[int]] = [frozenset()]
+        for r in mine:
+            self.unions.append(self.unions[-1] | r.hosts)
+
+    def before(self, end: float | None) -> frozenset[int]:
+        """The hosts of the reservations that start before ``end`` (None: all of them)."""
+        return self.unions[-1 if end is None else bisect_left(self.starts, end)]
+
+
+_START = attrgetter("start")
 
 
 def _shape(gang: Gang, blocked: frozenset[int]) -> tuple[object, ...]:
@@ -559,10 +594,13 @@ def _count_spread(spread: dict[str, Counter[int]], group: str, grants: Iterable[
     spread.setdefault(group, Counter()).update({g.host for g in grants})
 
 
+_NO_QUOTA = Verdict(True, 0, "")  # every job's verdict where there are no quotas
+
+
 def _admit(p: _Pass, job: Job, placement: Placement) -> Verdict:
     """Check the placement's GPUs per pool against the job's queue's burst limits."""
     if p.quota is None:
-        return Verdict(True, 0, "")
+        return _NO_QUOTA
     return admit(p.quota, p.holdings, job.queue, _demand(p, placement))
 
 
@@ -609,12 +647,13 @@ def _bind(
 ) -> None:
     runtime = runtime if runtime is not None else job.expected_runtime()
     end = p.now + runtime if runtime is not None else None
-    p.work.allocate(Allocation(job.id, placement.grants, end, job.priority))
+    grants = placement.grants
+    p.work.allocate(Allocation(job.id, grants, end, job.priority))
     if job.spread:
-        _count_spread(_spread_hosts(p), job.spread, placement.grants)
+        _count_spread(_spread_hosts(p), job.spread, grants)
     p.open_gpus = None
     p.last_host = None  # the caller re-arms it for a plain one-host bind
-    _charge(p, job, placement)
+    _charge(p, job, grants)
     p.binds.append(Bind(job.id, placement, replicas, borrowed, note, position))
 
 
@@ -629,12 +668,10 @@ def _preempt(
     finder = seeker or job
     if _bumps_nobody(p, finder.priority):
         return False, ()
-    alive = [r for r in p.running.values() if r.job.id in p.work.allocations]
-    borrowers = frozenset(r.job.id for r in alive if r.borrowed)
-    reclaim = frozenset(r.job.id for r in alive if r.borrowed and _is_owed(p, finder, r))
     standing = _standing(p, finder)
-    mine = standing_of(finder, standing)
-    if not reclaim and not any(standing_of(r.job, standing) > mine for r in alive):
+    alive = _alive(p, standing)
+    reclaim = frozenset(r.job.id for r in alive.borrowing if _is_owed(p, finder, r))
+    if not reclaim and not alive.any_below(standing_of(finder, standing)):
         return False, ()  # nothing it may bump: nothing of lower standing, nothing owed to it
     if p.preempt_attempts <= 0:
         return False, ("preemption not tried: this pass's preemption attempts are used up",)
@@ -643,14 +680,15 @@ def _preempt(
         found = find_victims(
             p.work,
             finder,
-            alive,
+            alive.jobs,
             _rules(p.policy),
             p.now,
             p.recent,
             reclaim,
-            borrowers,
+            alive.borrowers,
             standing,
             p.explain,
+            alive.screens,
         )
     if isinstance(found, NoVictims):
         return False, found.reasons
@@ -679,6 +717,37 @@ def _shares_after(p: _Pass, job: Job, found: Victims, blocked: frozenset[int]) -
     with freed.fenced(blocked):
         plan = place_shares(freed, job.gang)
     return None if plan.grants is None else as_placement(freed, job.id, job.gang, plan)
+
+
+@dataclass(frozen=True)
+class _Alive:
+    """The running jobs that still hold their allocations in a pass, as its victim searches
+    see them (``_alive``): ``borrowing`` those on borrowed quota (``borrowers`` their ids),
+    ``least`` the least important standing among them (None: there are none), ``screens``
+    what the searches made of them so far."""
+
+    jobs: list[Running]
+    borrowing: list[Running]
+    borrowers: frozenset[str]
+    least: tuple[int, ...] | None
+    screens: Screens
+
+    def any_below(self, mine: tuple[int, ...]) -> bool:
+        """Whether one of the jobs stands lower (is less important) than ``mine``."""
+        return self.least is not None and self.least > mine
+
+
+def _alive(p: _Pass, standing: dict[str, tuple[int, ...]] | None) -> _Alive:
+    """The pass's ``_Alive``, made at its first victim search and again after an eviction
+    (``_evict`` drops it): jobs started in between are no victims and change none of it, and
+    the running jobs' ``standing`` is the same at every search of a pass."""
+    if p.alive is None:
+        jobs = [r for r in p.running.values() if r.job.id in p.work.allocations]
+        borrowing = [r for r in jobs if r.borrowed]
+        least = max((standing_of(r.job, standing) for r in jobs), default=None)
+        borrowers = frozenset(r.job.id for r in borrowing)
+        p.alive = _Alive(jobs, borrowing, borrowers, least, Screens())
+    return p.alive
 
 
 def _bumps_nobody(p: _Pass, priority: int) -> bool:
@@ -730,6 +799,7 @@ def _evict(p: _Pass, job: Job, found: Victims) -> None:
     charging the preemption budget; the caller then binds ``job`` like any other bind."""
     p.work = release_victims(p.work, found)
     p.open_gpus = None
+    p.alive = None
     for victim in (*found.jobs, *found.shrink):
         run = p.running[victim]
         freed = run.allocation.grants if victim in found.jobs else found.dropped.get(victim, ())
@@ -749,9 +819,10 @@ def _evict(p: _Pass, job: Job, found: Victims) -> None:
                 held[name] = held.get(name, 0) - len(g.gpus)
 
 
-def _charge(p: _Pass, job: Job, placement: Placement) -> None:
+def _charge(p: _Pass, job: Job, grants: tuple[Grant, ...]) -> None:
+    """Count ``grants``' GPUs per pool in what ``job``'s queue holds."""
     held = p.holdings.setdefault(job.queue, {})
-    for pool, gpus in _demand(p, placement).items():
+    for pool, gpus in gpus_by_pool(p.work.tree, grants).items():
         held[pool] = held.get(pool, 0) + gpus
 
 
@@ -771,7 +842,7 @@ def _grow(p: _Pass) -> list[Resize]:
         if not _admit(p, job, resize.added).ok:
             continue
         p.work.allocate(Allocation(growth_id(resize.job), resize.added.grants))
-        _charge(p, job, resize.added)
+        _charge(p, job, resize.added.grants)
         kept.append(resize)
     return kept
 
@@ -800,10 +871,9 @@ def _reserve(p: _Pass, job: Job, position: int, reasons: tuple[str, ...]) -> boo
 def _earliest_unreserved(p: _Pass, gang: Gang) -> Decision | None:
     """When and where ``gang`` starts earliest outside every reservation's hosts, when that
     is later than now (None: now, or never)."""
-    trial = p.work.copy()
-    for res in p.reservations:
-        trial.cordoned[list(res.hosts)] = True
-    decision = when_and_where(trial, gang, p.now, p.explain)
+    reserved = frozenset().union(*(res.hosts for res in p.reservations))
+    with p.work.fenced(reserved):
+        decision = when_and_where(p.work, gang, p.now, p.explain)
     if decision.outcome != Outcome.LATER or decision.placement is None:
         return None
     return decision

@@ -41,8 +41,8 @@ class Allocation:
     spread: tuple[tuple[int, int], ...] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "gpus", sum(len(g.gpus) for g in self.grants))
-        spread = tuple((g.host, len(g.gpus)) for g in self.grants if g.gpus)
+        spread = tuple([(g.host, len(g.gpus)) for g in self.grants if g.gpus])
+        object.__setattr__(self, "gpus", sum([n for _, n in spread]))
         object.__setattr__(self, "spread", spread)
 
 
@@ -260,12 +260,13 @@ class FleetState:
 
     def _take(self, g: Grant, sign: int) -> None:
         """Give back (``sign`` +1) or take (-1) one grant's GPUs, CPUs and memory."""
-        h = g.host
-        if g.gpus:
-            gpus = list(g.gpus)
+        h, gpus = g.host, g.gpus
+        if gpus:
             n = sign * len(gpus)
             facts = self.tree.host_lists
-            self.free[h, gpus] = sign > 0
+            free, freed = self.free[h], sign > 0
+            for gpu in gpus:  # one element at a time: cheaper than a fancy index for a few
+                free[gpu] = freed
             row = self.island_free[h]
             if len(row) == 1:
                 row[0] += n
@@ -293,23 +294,17 @@ class FleetState:
             self.free_storage[h] += sign * g.storage_gb
 
     def _check(self, grants: tuple[Grant, ...]) -> None:
+        """Raise ``Conflict`` unless every GPU of ``grants`` exists, is free and is granted
+        once, every share fits, and each host has the CPUs, memory and storage they ask of
+        it together (to within 1e-9)."""
         width = self.free.shape[1]
+        if len(grants) == 1:
+            if grants[0].share is not None:
+                self._check_shares(grants)
+            self._check_one(grants[0])
+            return
         if any(g.share is not None for g in grants):
             self._check_shares(grants)
-        if len(grants) == 1:
-            g = grants[0]
-            free = self.free[g.host].tolist()
-            if len(set(g.gpus)) != len(g.gpus) or not all(
-                0 <= gpu < width and free[gpu] for gpu in g.gpus
-            ):
-                self._conflict(g)
-            if (
-                g.cpus > self.free_cpus[g.host] + 1e-9
-                or g.memory_gb > self.free_memory[g.host] + 1e-9
-                or g.storage_gb > self.free_storage[g.host] + 1e-9
-            ):
-                raise Conflict(f"{self.tree.hosts[g.host].name} {_LACKS}")
-            return
         seen: set[tuple[int, int]] = set()
         cpus: dict[int, float] = {}
         memory: dict[int, float] = {}
@@ -329,6 +324,23 @@ class FleetState:
                 or storage[h] > self.free_storage[h] + 1e-9
             ):
                 raise Conflict(f"{self.tree.hosts[h].name} {_LACKS}")
+
+    def _check_one(self, g: Grant) -> None:
+        """``_check`` for a lone grant, on Python scalars (its shares are checked already)."""
+        h, gpus = g.host, g.gpus
+        free = self.free[h].tolist()
+        width = len(free)
+        for gpu in gpus:
+            if not (0 <= gpu < width and free[gpu]):
+                self._conflict(g)
+        if len(gpus) > 1 and len(set(gpus)) != len(gpus):
+            self._conflict(g)
+        if (
+            g.cpus > self.free_cpus.item(h) + 1e-9
+            or g.memory_gb > self.free_memory.item(h) + 1e-9
+            or g.storage_gb > self.free_storage.item(h) + 1e-9
+        ):
+            raise Conflict(f"{self.tree.hosts[h].name} {_LACKS}")
 
     def _conflict(self, g: Grant) -> None:
         """Raise ``Conflict`` naming the first GPU of ``g`` that is not free."""

@@ -46,11 +46,13 @@ from boltforge.core.preempt.victims import (
     screen,
     shrink,
     shrink_candidates,
+    standing_of,
 )
 
 __all__ = [
     "NoVictims",
     "PreemptRules",
+    "Screens",
     "Victims",
     "find_victims",
     "preemption_worth_it",
@@ -97,6 +99,7 @@ def find_victims(
     over_quota: frozenset[str] = frozenset(),
     standing: Standing | None = None,
     explain: bool = True,
+    screens: Screens | None = None,
 ) -> Victims | NoVictims:
     """The least costly set of evictions and shrinks after which ``job`` places on ``state``.
 
@@ -107,15 +110,20 @@ def find_victims(
     ``over_quota`` names jobs running over their queue's quota (preferred next); ``standing``
     ranks jobs finer than their class (see ``victims``). When the job
     already fits, the answer is ``Victims`` with nothing to preempt. ``explain=False`` leaves
-    ``NoVictims.reasons`` empty. Nothing passed in is changed; equal inputs give equal answers.
+    ``NoVictims.reasons`` empty. ``screens`` keeps what the search makes of the running jobs
+    for later searches (see ``Screens`` for when it may be passed again). Nothing else passed
+    in is changed; equal inputs give equal answers.
     """
     placement, _ = place_gang(state, job.gang)
     if placement is not None:
         return _victims(job, None, placement, Search(), now)
-    screening = screen(state, job, running, rules, now, reclaim_from, over_quota, standing)
+    screens = screens if screens is not None else Screens()
+    screening, table = screens.of(
+        state, job, running, rules, now, reclaim_from, over_quota, standing
+    )
     used = sum(gpus for t, gpus in recent if now - t < rules.churn_window_s)
     limit = math.floor(rules.churn_fraction * state.tree.total_gpus + EPS)
-    search = _search(state, job, screening, now, ChurnNote(used, limit, rules.churn_window_s))
+    search = _search(state, job, table, ChurnNote(used, limit, rules.churn_window_s))
     if search.best is None:
         if not explain:
             return NoVictims(())
@@ -156,15 +164,47 @@ def preemption_worth_it(victims: Victims, job: Job, wait_s: float | None) -> tup
     )
 
 
-def _search(
-    state: FleetState, job: Job, screening: Screening, now: float, churn: ChurnNote
-) -> Search:
+class Screens:
+    """What ``find_victims`` makes of the running jobs alone, kept for the searches that
+    follow on the same jobs: the screening (``screen``) and the candidates' table, once per
+    kind of preemptor (its class and standing, the jobs it may reclaim from, the jobs over
+    quota) and of ``rules`` and ``now``. One may be passed again while ``running`` and the
+    running jobs' standings are the same and those jobs hold the same allocations on the
+    state: jobs started in between change nothing here, an eviction or a shrink calls for a
+    new one."""
+
+    __slots__ = ("_made",)
+
+    def __init__(self) -> None:
+        self._made: dict[tuple[object, ...], tuple[Screening, _Table]] = {}
+
+    def of(
+        self,
+        state: FleetState,
+        job: Job,
+        running: list[Running],
+        rules: PreemptRules,
+        now: float,
+        reclaim_from: frozenset[str],
+        over_quota: frozenset[str],
+        standing: Standing | None,
+    ) -> tuple[Screening, _Table]:
+        """``screen``'s answer for ``job`` and its table, made at the first call for its kind."""
+        itself = job.id if job.id in state.allocations else None  # never its own candidate
+        mark = standing_of(job, standing)
+        key = (itself, job.priority, mark, standing is None, reclaim_from, over_quota, rules, now)
+        made = self._made.get(key)
+        if made is None:
+            screening = screen(state, job, running, rules, now, reclaim_from, over_quota, standing)
+            made = self._made[key] = (screening, _Table.of(screening.candidates, now))
+        return made
+
+
+def _search(state: FleetState, job: Job, table: _Table, churn: ChurnNote) -> Search:
     """Evaluate domain options best bound first; stop when no bound can beat the best."""
     need = Need.of(state, job.gang)
     search = Search(churn=churn)
-    cands = screening.candidates
     budget = churn.limit - churn.used
-    table = _Table.of(cands, now)
     for domain, bound, deficit in _bounded_domains(state, job, need, table, search):
         if search.best is not None and bound > search.best.cost + EPS:
             search.outbid += 1
@@ -243,11 +283,7 @@ def _bounded_domains(
     tree, cands = state.tree, table.cands
     keep = need.usable[table.hosts] & (table.sizes > 0)  # GPUs on hosts the gang may use
     who, hosts, sizes = table.who[keep], table.hosts[keep], table.sizes[keep]
-    evict_cost = np.array([a.cost for a in table.evictions], dtype=np.float64)
-    shrink_rate = np.array(
-        [c.run.job.restart_overhead * c.weight if c.spare else np.inf for c in cands],
-        dtype=np.float64,
-    )
+    evict_cost, shrink_rate = table.evict_cost, table.shrink_rate
     free = np.where(need.usable, need.free, 0)
     size = np.where(need.usable, tree.host_gpus, 0)
     out: list[tuple[Domain, float, int]] = []
@@ -302,7 +338,8 @@ def _knapsack(rates: FloatArray, gpus: IntArray, deficit: int) -> float | None:
 @dataclass(frozen=True, slots=True)
 class _Table:
     """One search's candidates with their evictions, and the candidate and host of each of
-    their grants, so that finding the candidates inside a domain is one array lookup."""
+    their grants, so that finding the candidates inside a domain is one array lookup. Read
+    only: ``Screens`` hands the same table to several searches."""
 
     cands: Sequence[Candidate]
     evictions: list[Action]
@@ -311,6 +348,8 @@ class _Table:
     who: IntArray
     hosts: IntArray
     sizes: IntArray  # GPUs
+    evict_cost: FloatArray  # each eviction's ``Action.cost``
+    shrink_rate: FloatArray  # weighted loss per GPU a shrink frees (inf: it cannot shrink)
 
     @staticmethod
     def of(cands: Sequence[Candidate], now: float) -> _Table:
@@ -319,7 +358,13 @@ class _Table:
         evictions = [evict(c, now) for c in cands]
         keys = [a.key() for a in evictions]
         index = {c.id: i for i, c in enumerate(cands)}
-        return _Table(cands, evictions, keys, index, table[:, 0], table[:, 1], table[:, 2])
+        evict_cost = np.array([a.cost for a in evictions], dtype=np.float64)
+        shrink_rate = np.array(
+            [c.run.job.restart_overhead * c.weight if c.spare else np.inf for c in cands],
+            dtype=np.float64,
+        )
+        who, hosts, sizes = table[:, 0], table[:, 1], table[:, 2]
+        return _Table(cands, evictions, keys, index, who, hosts, sizes, evict_cost, shrink_rate)
 
     def key(self, action: Action) -> tuple[tuple[int, ...], float, int, str]:
         """``action.key()``, looked up for an eviction."""

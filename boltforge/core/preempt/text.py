@@ -249,7 +249,8 @@ def no_victims_reasons(
         for a in state.allocations.values()
         if any(g.gpus and inside[g.host] for g in a.grants)
     }
-    refused = [(j, c, why) for j, c, why in screening.refused if j in near]
+    known = [*screening.refused, *screening.unknown(state, job)]
+    refused = [(j, c, why) for j, c, why in known if j in near]
     lines: list[str] = []
     top = (Refusal.SERVING, Refusal.PRODUCTION)
     eligible = any(any(g.gpus and inside[g.host] for g in c.grants) for c in screening.candidates)

@@ -202,10 +202,20 @@ def refusal(
 
 @dataclass(frozen=True, slots=True)
 class Screening:
-    """The candidates, and every other running job with why it is left alone."""
+    """The candidates, and every other running job with why it is left alone. Jobs on the
+    state without a ``Running`` record are in neither (``unknown``)."""
 
     candidates: tuple[Candidate, ...]
     refused: tuple[tuple[str, int, Refusal], ...]  # job id, class, why
+
+    def unknown(self, state: FleetState, job: Job) -> list[tuple[str, int, Refusal]]:
+        """The jobs holding resources on ``state`` that this screening (of ``job``'s victims
+        there) knows nothing of, in job-id order, each refused as ``UNKNOWN``: nothing is
+        known about what evicting them would cost. The preemptor itself is not among them."""
+        known = {c.id for c in self.candidates} | {j for j, _, _ in self.refused}
+        known.add(job.id)
+        held = state.allocations
+        return [(j, held[j].priority, Refusal.UNKNOWN) for j in sorted(held) if j not in known]
 
 
 def screen(
@@ -218,28 +228,22 @@ def screen(
     over_quota: frozenset[str],
     standing: Standing | None = None,
 ) -> Screening:
-    """Sort the jobs holding resources on ``state`` into candidates and refused jobs.
-
-    Jobs on ``state`` without a ``Running`` record are refused as ``UNKNOWN``: nothing is known
-    about what evicting them would cost. The preemptor itself is never a candidate.
-    """
+    """Sort the ``running`` jobs holding resources on ``state`` into candidates and refused
+    jobs, each in job-id order. The preemptor itself is never a candidate. The answer
+    depends on ``state`` only through those jobs' allocations (``Screening.unknown`` names
+    the other jobs there)."""
     by_id = {r.job.id: r for r in running}
     candidates: list[Candidate] = []
     refused: list[tuple[str, int, Refusal]] = []
-    for job_id in sorted(state.allocations):
-        if job_id == job.id:
-            continue
-        run = by_id.get(job_id)
-        if run is None:
-            refused.append((job_id, state.allocations[job_id].priority, Refusal.UNKNOWN))
-            continue
+    held = state.allocations
+    for job_id in sorted(j for j in by_id if j in held and j != job.id):
+        run = by_id[job_id]
         why = refusal(run, job, rules, now, reclaim_from, standing)
         if why is not None:
             refused.append((job_id, run.job.priority, why))
             continue
-        allocation = state.allocations[job_id]
         mark = standing_of(run.job, standing)
-        candidates.append(_candidate(run, allocation, rules, now, reclaim_from, over_quota, mark))
+        candidates.append(_candidate(run, held[job_id], rules, now, reclaim_from, over_quota, mark))
     return Screening(tuple(candidates), tuple(refused))
 
 
@@ -269,14 +273,23 @@ def _candidate(
 
 
 def apply_plan(state: FleetState, plan: Iterable[Action]) -> FleetState:
-    """A copy of ``state`` with each action applied: evictions released, shrinks re-granted."""
+    """A copy of ``state`` with each action applied in turn: evictions released (each run
+    of them at once, ``FleetState.release_many``), shrinks re-granted."""
     work = state.copy()
+    evicted: list[str] = []
     for action in plan:
+        if action.drop is None:
+            evicted.append(action.cand.id)
+            continue
+        if evicted:
+            work.release_many(evicted)
+            evicted = []
         held = work.release(action.cand.id)
-        if action.drop is not None:
-            freed = set(action.freed)
-            keep = tuple(g for g in held.grants if g not in freed)
-            work.allocate(Allocation(held.job, keep, held.expected_end, held.priority))
+        freed = set(action.freed)
+        keep = tuple(g for g in held.grants if g not in freed)
+        work.allocate(Allocation(held.job, keep, held.expected_end, held.priority))
+    if evicted:
+        work.release_many(evicted)
     return work
 
 

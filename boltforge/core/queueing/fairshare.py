@@ -33,18 +33,20 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from itertools import pairwise
+from operator import attrgetter
 
 import numpy as np
 
 from boltforge.core.model.workload import Job, Running, Usage
 from boltforge.core.queueing.quota import Holdings, QuotaTree, held_by, lineage
-from boltforge.core.queueing.shortest import SizeRule, rank
+from boltforge.core.queueing.shortest import SizeRule, aged_work, fair_weight
 
 DEFAULT_HALF_LIFE_S = 7 * 86400.0
 URGENT_SLACK_S = 3600.0
 
 Resources = tuple[float, float, float]  # GPUs, CPUs, memory in GB
 OrderKey = tuple[int, int, float, float, float, float, str]
+_ID = attrgetter("id")
 
 
 def decay(usage: Usage, now: float, half_life_s: float, running: Iterable[Running]) -> Usage:
@@ -155,31 +157,36 @@ def order(
     unique (``ValueError``), which makes the order total: any permutation of ``jobs`` gives
     the same list.
     """
-    pending = sorted(jobs, key=lambda j: j.id)  # ties after every other key: by id
+    pending = sorted(jobs, key=_ID)  # ties after every other key: by id
     if any(a.id == b.id for a, b in pairwise(pending)):
         raise ValueError("job ids must be unique to order jobs")
     if not pending:
         return []
-    factors: dict[str, float] = {}
+    middles: dict[str, float] = {}  # the factor negated, or its weight on aged work
     held: dict[str, float] = {}
     for q in {j.queue for j in pending}:
-        factors[q] = fair_share_factor(tree, usage, q, capacity[0], half_life_s)
+        factor = fair_share_factor(tree, usage, q, capacity[0], half_life_s)
+        middles[q] = -factor if size is None else fair_weight(factor, size)
         held[q] = float(sum(held_by(holdings, q).values()))
-    rows = np.array([_row(j, held[j.queue], factors[j.queue], now, size) for j in pending])
-    priority, submit, queue_gpus, cpus, memory, middle, spare = rows.T
+    if size is None:
+        rows = [_row(j, held[j.queue], middles[j.queue], now) for j in pending]
+    else:
+        rows = [
+            _row(j, held[j.queue], aged_work(j, now, size) * middles[j.queue], now) for j in pending
+        ]
+    table = np.array(rows, dtype=np.float64)
+    priority, submit, queue_gpus, cpus, memory, middle, spare = table.T
     dominant = dominant_shares(np.stack([queue_gpus, cpus, memory], axis=1), capacity)
     urgent = spare < URGENT_SLACK_S  # NaN (no deadline) is never urgent
     keys = (submit, dominant, middle, np.where(urgent, spare, 0.0), ~urgent, priority)
-    return [pending[i] for i in np.lexsort(keys)]
+    return [pending[i] for i in np.lexsort(keys).tolist()]
 
 
-def _row(
-    job: Job, queue_gpus: float, factor: float, now: float, size: SizeRule | None
-) -> tuple[float, ...]:
-    """One job's numbers for ``order``: class, submit, queue GPUs, CPUs, memory, the factor
-    (negated) or the size rank, and slack (NaN without a deadline)."""
+def _row(job: Job, queue_gpus: float, middle: float, now: float) -> tuple[float, ...]:
+    """One job's numbers for ``order``: class, submit, queue GPUs, CPUs, memory, ``middle``
+    (its queue's factor negated, or its size rank: ``shortest.rank``) and slack (NaN
+    without a deadline)."""
     gang = job.gang
-    middle = -factor if size is None else rank(job, factor, now, size)
     spare = slack(job, now) if job.deadline is not None else None
     return (
         gang.priority,

@@ -41,13 +41,25 @@ def work_left(job: Job) -> float:
     least one second per GPU (so a job that overran its estimate still ranks by its size)."""
     runtime = job.expected_runtime()
     runtime = UNKNOWN_RUNTIME_S if runtime is None else runtime
-    return max(job.gpus * runtime - job.attained_gpu_seconds, float(job.gpus))
+    gpus = job.gpus
+    return max(gpus * runtime - job.attained_gpu_seconds, float(gpus))
 
 
 def rank(job: Job, factor: float, now: float, rule: SizeRule) -> float:
     """``job``'s rank at ``now`` (smaller first): its work left, halved per ``aging_s``
-    waited since submission, scaled by its queue's fair-share ``factor`` (in (0, 1])."""
+    waited since submission, scaled by its queue's fair-share ``factor`` (in (0, 1]); the
+    product of ``aged_work`` and ``fair_weight``."""
+    return aged_work(job, now, rule) * fair_weight(factor, rule)
+
+
+def aged_work(job: Job, now: float, rule: SizeRule) -> float:
+    """``job``'s work left, halved per ``aging_s`` waited since submission by ``now``."""
     waited = max(now - job.submit_time, 0.0)
     aged: float = work_left(job) * 2.0 ** (-waited / rule.aging_s)
+    return aged
+
+
+def fair_weight(factor: float, rule: SizeRule) -> float:
+    """What a queue's fair-share ``factor`` (in (0, 1]) scales its jobs' aged work by."""
     weight: float = (0.5 / max(factor, 1e-12)) ** rule.fair_weight
-    return aged * weight
+    return weight
