@@ -147,8 +147,14 @@ def simulate_command(
     time_limits: Annotated[
         bool,
         typer.Option(
-            help="Give each job the time limit a user would ask for (off: the scheduler knows "
-            "nothing of runtimes)."
+            help="Give each job the time limit a user would ask for (off: jobs carry none)."
+        ),
+    ] = True,
+    learned_runtimes: Annotated[
+        bool,
+        typer.Option(
+            help="A job without a time limit expects what finished jobs like it took (off: "
+            "it expects nothing)."
         ),
     ] = True,
     limit: Annotated[int | None, typer.Option(help="Replay only the first N jobs.")] = None,
@@ -191,6 +197,7 @@ def simulate_command(
         checkpoint_write_s=checkpoint_write,
         cost_routing=cost_routing,
         time_limits=time_limits,
+        learned_runtimes=learned_runtimes,
     )
     runs = _runs(fleet, specs, names, jobs, base, elastic_share)
     for spec in specs:

@@ -39,6 +39,7 @@ from boltforge.core.placement.place import place_gang
 from boltforge.core.placement.routing import RoutingFacts
 from boltforge.core.policy import Ordering, Policy
 from boltforge.core.queueing.quota import QueueSpec, QuotaTree
+from boltforge.core.queueing.runtimes import Finished, RuntimeHistory
 from boltforge.core.queueing.usage import Holding, carry
 from boltforge.sim.execution import (
     Segment,
@@ -72,7 +73,9 @@ class SimConfig:
     pool's interruptions per host-hour (its reclaim rate plus the failure rate) and each
     job's spot reclaims so far; off, the cycle places jobs without regard to price.
     ``time_limits``: give each job the time limit a user would ask for (``sim.jobs.time_limit``);
-    off, jobs carry none and the scheduler knows nothing of their runtimes.
+    off, jobs carry none. ``learned_runtimes``: a job without a time limit expects what its
+    team's finished jobs of its size took (``core.queueing.runtimes``, learned as jobs finish,
+    as a live server learns); off, the scheduler knows nothing of its runtime.
     """
 
     policy: Policy
@@ -88,6 +91,7 @@ class SimConfig:
     checkpoint_write_s: float = 60.0
     cost_routing: bool = False
     time_limits: bool = True
+    learned_runtimes: bool = True
 
 
 class Kind(IntEnum):
@@ -170,6 +174,7 @@ class Simulation:
         self.usage = Usage()
         self.quota = team_tree(trace) if config.team_queues else None
         self.ended: list[Holding] = []  # segments ended since usage.as_of (fair order only)
+        self.runtimes = RuntimeHistory()  # what finished jobs took, for jobs with no limit
         self.ideal: dict[object, Placement | None] = {}
         self.events: list[tuple[float, int, int, str]] = []
         self.seq = 0
@@ -312,7 +317,7 @@ class Simulation:
     def _admit(self, arrived: list[str]) -> None:
         """Queue the arrivals; a job that cannot fit even the empty fleet is dropped."""
         for key in arrived:
-            job = self.jobs[key]
+            job = self._expecting(self.jobs[key])
             if fits_empty(self.tree, job.gang):
                 self.pending[key] = job
             else:
@@ -340,11 +345,21 @@ class Simulation:
 
     def _full_pass(self) -> None:
         self._refresh_usage()
+        if not self.config.time_limits:
+            self.pending = {key: self._expecting(job) for key, job in self.pending.items()}
         promised = frozenset(r.job for r in self.reservations)
         snap = self._snapshot(tuple(self.pending.values()), promised)
         result = run_cycle(snap, self.policy, explain=False)
         self.reservations = result.reservations
         self._apply(result)
+
+    def _expecting(self, job: Job) -> Job:
+        """``job`` expecting what its team's finished jobs of its size took, when it has no
+        time limit."""
+        if job.time_limit is not None or not self.config.learned_runtimes:
+            return job
+        learned = self.runtimes.estimate(self.records[job.id].team, "", job.gpus)
+        return job if learned == job.estimate else replace(job, estimate=learned)
 
     def _snapshot(
         self, pending: tuple[Job, ...], promised: frozenset[str] = frozenset()
@@ -461,7 +476,11 @@ class Simulation:
         out = finished(live.segment, self.now, self.remaining[key])
         self._charge(key, live, out.allocated_gpu_s, out.productive_gpu_s, out.lost_gpu_s)
         self.remaining[key] = 0.0
-        self.records[key].finish_s = self.now
+        record = self.records[key]
+        record.finish_s = self.now
+        if record.gpus:
+            held = record.allocated_gpu_s / record.gpus  # GPU-seconds per GPU, as a server learns
+            self.runtimes.learn(Finished(record.team, "", record.gpus, held))
         self.done += 1
         self._report()
         return True

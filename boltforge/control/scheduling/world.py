@@ -75,6 +75,7 @@ class World:
     quota: QuotaTree | None = None
     ports: set[int] = field(default_factory=set)
     changes: int = 0  # binds counted in since it was read (incremental passes)
+    estimate: Callable[[str, str, int], float | None] | None = None  # Mirror.estimate
     held: dict[str, dict[str, int]] | None = field(default=None, repr=False)
 
     def holdings(self) -> dict[str, dict[str, int]]:
@@ -188,6 +189,7 @@ def load_world(
         caches.jobs = {k: v for k, v in caches.jobs.items() if k in kept}
     routing = _routing(fleet, caches)
     world = World(fleet, state, nodes, rows, [], [], by_job, {}, now, routing)
+    world.estimate = mirror.estimate
     world.ports = {r.port for reps in by_job.values() for r in reps if r.port is not None}
     recovering = [r for r in rows.values() if r.state in WAITING and r.recovery_hold is not None]
     _hold(world, caches, lambda: _recovery_holds(world, recovering, hold_s))
@@ -312,8 +314,8 @@ def _hold(
         job = _job(world, row, caches)
         reps = [r for r in reps if r.epoch == row.epoch]
         grants = _grants(world.fleet, reps)
-        limit = job.time_limit if job is not None else None
-        end = row.bound_at + limit if row.bound_at is not None and limit else None
+        runtime = job.expected_runtime() if job is not None else None
+        end = row.bound_at + runtime if row.bound_at is not None and runtime else None
         if not _allocate(world.state, Allocation(job_id, grants, end, row.priority)):
             continue
         claimed |= {(r.node, g) for r in reps for g in r.gpus}
@@ -372,13 +374,18 @@ def _allocate(state: FleetState, allocation: Allocation) -> bool:
 
 
 def _job(world: World, row: LiveJob, caches: Caches) -> Job | None:
-    """The core's view of ``row`` (built from its spec once per fleet)."""
+    """The core's view of ``row`` (built from its spec once per fleet), with the runtime
+    learned from jobs like it when it has no time limit (``world.estimate``)."""
     if row.id not in caches.jobs:
         caches.jobs[row.id] = job_of(row, world.fleet)
     job = caches.jobs[row.id]
     if job is None:
         world.unresolved[row.id] = "its spec names GPUs this fleet does not have"
         return None
+    if job.time_limit is None and world.estimate is not None:
+        learned = world.estimate(row.team, str(row.spec.get("name", "")), row.gpus)
+        if learned != job.estimate:
+            job = caches.jobs[row.id] = replace(job, estimate=learned)
     if job.attained_gpu_seconds != row.attained_gpu_s:
         job = replace(job, attained_gpu_seconds=row.attained_gpu_s)
     return job

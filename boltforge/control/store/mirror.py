@@ -12,6 +12,10 @@ session's unit of work (the intake's bulk inserts, bulk updates) hand their rows
 (a node's state, cordon or health, a job entering or leaving the GPUs, a replica that starts
 or stops holding them); ``fleet_version`` with every change of the nodes' inventories.
 Replies, reasons and positions, heartbeats and log offsets leave both alone.
+
+The mirror also learns the runtimes of the jobs that succeed (``runtimes``, read back from the
+store's most recent ``HISTORY`` successes at ``load``), for the estimates passes give jobs
+sent without a time limit (``estimate``; ``core/queueing/runtimes.py``).
 """
 
 from __future__ import annotations
@@ -28,8 +32,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from boltforge.control.scheduling.lifecycle import HOLDING, LIVE, WAITING
 from boltforge.control.store.models import HELD, JobRow, NodeRow, ReplicaRow
+from boltforge.core.queueing.runtimes import Finished, RuntimeHistory
 
 CHANGES = "bolt.mirror.changes"  # Session.info key: (table, key, values, deleted) staged
+HISTORY = 5000  # successful jobs read back into the runtime history at load
 
 
 @dataclass(slots=True)
@@ -134,6 +140,7 @@ class Mirror:
         self.on_node: dict[str, set[str]] = {}  # replica ids by node
         self.version = 0
         self.fleet_version = 0
+        self.runtimes = RuntimeHistory()
 
     # -- reading -------------------------------------------------------------------------
 
@@ -159,11 +166,19 @@ class Mirror:
             reps.sort(key=lambda r: (r.epoch, r.rank))
         return out
 
+    def estimate(self, team: str, name: str, gpus: int) -> float | None:
+        """The runtime learned for a job of ``team`` named ``name`` on ``gpus`` GPUs (None:
+        too few such jobs have succeeded yet)."""
+        with self._lock:
+            return self.runtimes.estimate(team, name, gpus)
+
     # -- loading and following the store -------------------------------------------------
 
     def load(self, s: Session) -> None:
         """Read the live records from the store (at start, or to rebuild after doubt)."""
         with self._lock:
+            self.runtimes = RuntimeHistory()
+            self.runtimes.learn_all(_recent_successes(s))
             self.nodes = {n.name: _node(n) for n in s.scalars(select(NodeRow))}
             jobs = s.scalars(select(JobRow).where(JobRow.state.in_(LIVE)))
             self.jobs = {j.id: _make(LiveJob, _values(j)) for j in jobs}
@@ -227,6 +242,9 @@ class Mirror:
             return  # a partial change of a job that is not live
         new = _merged(LiveJob, old, values)
         state = new.state
+        if state == "succeeded" and old is not None and old.state != state and new.gpus > 0:
+            name = str(new.spec.get("name", ""))
+            self.runtimes.learn(Finished(new.team, name, new.gpus, new.attained_gpu_s / new.gpus))
         if deleted or state not in LIVE:
             if self.jobs.pop(key, None) is not None and old is not None:
                 self.version += int(old.state not in WAITING)
@@ -252,6 +270,19 @@ class Mirror:
         self.on_node.setdefault(new.node, set()).add(key)
         if old is None or _differs(old, new, _RELEVANT[LiveReplica]):
             self.version += 1
+
+
+def _recent_successes(s: Session) -> list[Finished]:
+    """The ``HISTORY`` most recent successful GPU jobs, oldest first."""
+    rows = s.execute(
+        select(JobRow.team, JobRow.name, JobRow.gpus, JobRow.attained_gpu_s)
+        .where(JobRow.state == "succeeded", JobRow.gpus > 0)
+        .order_by(JobRow.finished_at.desc())
+        .limit(HISTORY)
+    ).all()
+    return [
+        Finished(team, name, gpus, attained / gpus) for team, name, gpus, attained in reversed(rows)
+    ]
 
 
 def stage(s: Session, table: type, key: Any, values: dict[str, Any]) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from boltforge.core.model.topology import TopologyTree
 from boltforge.core.policy import Ordering, named
-from boltforge.sim.engine import SimConfig, simulate
+from boltforge.sim.engine import SimConfig, Simulation, simulate
 from boltforge.sim.execution import Segment, interrupted
 from boltforge.sim.metrics import compute
 from boltforge.sim.records import SimResult, TraceJob
@@ -171,8 +171,8 @@ def test_shortest_work_first_beats_arrival_order_on_average_jct_for_heavy_tails(
 
 
 def test_without_time_limits_every_job_still_finishes_and_the_order_changes() -> None:
-    """No time limits: the scheduler knows no runtime, so the default ranks by GPUs alone
-    (every job's work is its GPUs times the same assumed runtime), yet nothing is lost."""
+    """No time limits: the scheduler knows only the runtimes it learns from jobs that
+    finished, so the order changes, yet nothing is lost."""
     small = make_fleet(racks=1, hosts=4, pods=1)
     trace = heavy_tailed(200, 6, 900.0)
     config = SimConfig(named("default"), failures_per_1000_gpu_day=0.0)
@@ -183,3 +183,18 @@ def test_without_time_limits_every_job_still_finishes_and_the_order_changes() ->
         sum(j.productive_gpu_s for j in told.jobs)
     )
     assert outcome(blind) != outcome(told)
+
+
+def test_without_time_limits_the_scheduler_learns_runtimes_from_jobs_that_finished() -> None:
+    """A team's jobs of one size that take about as long each time teach the estimate later
+    ones get: the 90th percentile of the GPU-seconds per GPU they held, as a live server
+    learns it; a size whose runs disagree teaches nothing."""
+    small = make_fleet(racks=1, hosts=4, pods=1)
+    alike = [TraceJob(f"a{i}", 60.0 * i, 1000.0 + 10 * i, 8, "vision") for i in range(20)]
+    mixed = [TraceJob(f"m{i}", 60.0 * i, 10.0 ** (1 + i % 4), 1, "vision") for i in range(20)]
+    config = SimConfig(named("default"), failures_per_1000_gpu_day=0.0, time_limits=False)
+    sim = Simulation(small, alike + mixed, config)
+    result = sim.run()
+    held = sorted(j.allocated_gpu_s / j.gpus for j in result.jobs if j.id.startswith("a"))
+    assert sim.runtimes.estimate("vision", "", 8) == held[17]  # nearest rank 90% of 20
+    assert sim.runtimes.estimate("vision", "", 1) is None

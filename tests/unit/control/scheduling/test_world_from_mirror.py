@@ -21,6 +21,7 @@ from boltforge.control.scheduling.world import (
     load_world,
     routing_stale,
 )
+from boltforge.core.queueing.runtimes import MIN_RUNS, Finished
 
 NOW = 1_800_000_000.0
 
@@ -239,6 +240,24 @@ def test_attained_service_follows_the_row_while_the_built_job_is_reused() -> Non
     again = load_world(m, NOW, caches).pending[0]
     assert (first.attained_gpu_seconds, again.attained_gpu_seconds) == (10.0, 250.0)
     assert again.gang is first.gang  # built once per fleet
+
+
+def test_jobs_without_a_time_limit_expect_what_jobs_like_them_took() -> None:
+    """Runtimes learned from jobs that succeeded give a job sent without a time limit an
+    expected end, held on its allocation as a limit's would be; a limit is kept as given."""
+    jobs = [
+        live_job("1", state="running", bound_at=NOW - 50),
+        live_job("2", spec={"name": "j1"}),
+        live_job("3", spec={"name": "j1", "time_limit": 7200}),
+    ]
+    m = mirror_of(TWO, jobs, [live_replica("1", "host-0", list(range(8)))])
+    caches = Caches()
+    before = load_world(m, NOW, caches)
+    assert before.state.allocations["1"].expected_end is None
+    m.runtimes.learn_all(Finished("research", "j1", 8, 600.0) for _ in range(MIN_RUNS))
+    world = load_world(m, NOW, caches)
+    assert world.state.allocations["1"].expected_end == NOW - 50 + 600
+    assert [(j.id, j.expected_runtime()) for j in world.pending] == [("2", 600.0), ("3", 7200.0)]
 
 
 # -- the core's job from a stored spec ------------------------------------------------------

@@ -173,3 +173,24 @@ def test_a_partial_change_of_an_unknown_row_invents_nothing(
         [(ReplicaRow, "9.1.0", {"pid": 4}, False), (NodeRow, "x", {"state": "dead"}, False)]
     )
     assert mirror.replicas == {} and mirror.nodes == {}
+
+
+def test_jobs_that_succeed_teach_runtimes_that_outlive_a_restart(
+    store: tuple[Database, Mirror],
+) -> None:
+    db, mirror = store
+    with db.session() as s:
+        s.add_all([job(str(i), state="running") for i in range(1, 5)])
+    with db.session() as s:
+        for i, hours in ((1, 1.0), (2, 2.0), (3, 3.0)):
+            row = s.get(JobRow, str(i))
+            assert row is not None
+            row.state, row.finished_at = "succeeded", float(i)
+            row.attained_gpu_s = 8 * hours * 3600.0  # eight GPUs for that many hours
+        row = s.get(JobRow, "4")
+        assert row is not None
+        row.state, row.attained_gpu_s = "failed", 8 * 100 * 3600.0  # failures teach nothing
+    assert mirror.estimate("research", "train", 8) == 3 * 3600.0
+    assert fresh(db).estimate("research", "train", 8) == 3 * 3600.0
+    assert mirror.estimate("research", "train", 16) == 3 * 3600.0  # the team's, any size
+    assert mirror.estimate("vision", "train", 8) is None

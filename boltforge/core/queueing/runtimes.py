@@ -1,0 +1,97 @@
+"""Runtime estimates learned online from jobs that finished.
+
+A job sent with no time limit (``sbatch`` without ``-t``, a spec without ``time_limit``)
+gives backfill and patience nothing to weigh: its expected end is unknown. Yet its user
+usually runs it again and again: the same team, the same name, the same size. The history
+keeps the runtimes of recent successful jobs under three keys, from the most specific to the
+least: ``(team, name, GPUs)``, ``(team, GPUs)`` and ``team``. A job's estimate comes from the
+most specific key whose last ``KEEP`` runtimes are at least ``MIN_RUNS`` and agree, as their
+``QUANTILE``.
+
+They agree when that quantile is at most ``SPREAD`` times their (lower) median. A job run again and
+again (the same training script, the same evaluation) takes about as long each time; a key
+whose jobs range from minutes to days predicts nothing, and an estimate drawn from it would
+only mislead: its high quantile would keep most jobs out of the gaps backfill could give them,
+where no estimate leaves the job to be judged as one of unknown length.
+
+A high quantile rather than the mean, because the cycle relies on expected ends the way it
+relies on time limits: backfill lets a job into a gap when it ends before the reservation, so
+an estimate that comes up short delays the job at the head of the line. Most runs then end
+before their estimate, as most end before their time limit.
+
+The history learns only from what already happened (successful runs, in the order they
+ended), so a simulator replaying a trace learns exactly as a live server would. Pure and
+deterministic: the caller feeds it what finished and asks it for estimates.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass, field
+from math import ceil
+
+QUANTILE = 0.9
+KEEP = 32  # runtimes kept per key: recent behaviour, not the whole past
+MIN_RUNS = 3  # runs a key needs before it is trusted
+SPREAD = 2.0  # the quantile may be at most this many times the median
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """One successful job: who ran it, how big, and its runtime (seconds of work at its full
+    size: its GPU-seconds over its GPUs, so a job interrupted and resumed counts whole)."""
+
+    team: str
+    name: str
+    gpus: int
+    runtime_s: float
+
+
+def keys(team: str, name: str, gpus: int) -> tuple[Hashable, ...]:
+    """The history's keys for a job, most specific first."""
+    return ((team, name, gpus), (team, gpus), team)
+
+
+@dataclass
+class RuntimeHistory:
+    """Recent runtimes by key, and the estimates they give (cached until the key learns)."""
+
+    runs: dict[Hashable, deque[float]] = field(default_factory=dict)
+    _estimates: dict[Hashable, float | None] = field(default_factory=dict)
+
+    def learn(self, done: Finished) -> None:
+        """Add one successful job's runtime under each of its keys (runtimes of zero or less,
+        a job that never ran, teach nothing)."""
+        if done.runtime_s <= 0:
+            return
+        for key in keys(done.team, done.name, done.gpus):
+            self.runs.setdefault(key, deque(maxlen=KEEP)).append(done.runtime_s)
+            self._estimates.pop(key, None)
+
+    def learn_all(self, done: Iterable[Finished]) -> None:
+        """``learn`` each, in the order they finished (oldest first)."""
+        for d in done:
+            self.learn(d)
+
+    def estimate(self, team: str, name: str, gpus: int) -> float | None:
+        """The runtime to expect of a job of ``team`` named ``name`` on ``gpus`` GPUs, from
+        the most specific key whose runs agree (None: no key has enough runs that agree)."""
+        for key in keys(team, name, gpus):
+            if key not in self._estimates:
+                self._estimates[key] = _quantile(self.runs.get(key))
+            found = self._estimates[key]
+            if found is not None:
+                return found
+        return None
+
+
+def _quantile(runs: deque[float] | None) -> float | None:
+    """The ``QUANTILE`` of ``runs`` (nearest rank), or None for fewer than ``MIN_RUNS`` or
+    runs that do not agree (the quantile above ``SPREAD`` times the median)."""
+    if runs is None or len(runs) < MIN_RUNS:
+        return None
+    ordered = sorted(runs)
+    found = ordered[min(len(ordered), ceil(QUANTILE * len(ordered))) - 1]
+    middle = ordered[(len(ordered) - 1) // 2]  # the lower median
+    return found if found <= SPREAD * middle else None
