@@ -55,7 +55,7 @@ def status_command(
         return
     console.print(headline(d), highlight=False)
     console.print(_facts(d), highlight=False)
-    line = outlook_line(d.outlook)
+    line = outlook_line(d.outlook, learned=d.spec.get("time_limit") is None)
     if line is not None:
         console.print(f"  {escape(line)}", highlight=False)
     if d.placement:
@@ -147,7 +147,8 @@ def explain_command(
 
 def explanation(d: JobDetail) -> list[str]:
     """The lines ``bolt explain`` prints under the headline."""
-    outlook = [line] if (line := outlook_line(d.outlook)) is not None else []
+    line = outlook_line(d.outlook, learned=d.spec.get("time_limit") is None)
+    outlook = [line] if line is not None else []
     if d.state in ("pending", "requeued"):
         pos = "?" if d.position is None else str(d.position + 1)
         start = "unknown" if d.estimated_start is None else until(d.estimated_start)
@@ -165,14 +166,18 @@ def explanation(d: JobDetail) -> list[str]:
     return [*(list(d.explanation) or ["no placement explanation recorded"]), *outlook, *found]
 
 
-def outlook_line(o: DeadlineOutlook | None) -> str | None:
+def outlook_line(o: DeadlineOutlook | None, learned: bool = False) -> str | None:
     """The deadline outlook in one line, times counted from when the server judged it:
     ``deadline reachable: expected start in ~2.0 h, finish in ~3.0 h; due in 4.0 h
     (2027-01-15 12:00 UTC), 60 min to spare``. A job without a deadline gets only its
-    expected finish (``expected start now, finish in ~60 min``), or None when unknown."""
+    expected finish (``expected start now, finish in ~60 min``), or None when unknown.
+    ``learned``: the job has no time limit, so a finish comes from the runtime learned from
+    jobs like it, and the line says so."""
     if o is None:
         return None
     timing = _timing(o)
+    if learned and o.expected_finish is not None:
+        timing += " (runtime learned from jobs like it)"
     if o.deadline is None:
         return None if o.expected_finish is None else timing
     due = f"due {_relative(o.deadline, o.at)} ({_clock(o.deadline)})"

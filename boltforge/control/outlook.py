@@ -12,18 +12,27 @@ from boltforge.core.queueing.deadlines import Outlook, deadline_outlook, running
 from boltforge.wire.jobs import DeadlineOutlook, JobDetail, Verdict
 
 
-def has_outlook(state: str, spec: Mapping[str, Any]) -> bool:
+def has_outlook(state: str, spec: Mapping[str, Any], learned: bool = False) -> bool:
     """Whether a job in ``state`` with ``spec`` gets an outlook: it waits or holds GPUs, and
-    its spec sets a ``deadline`` or a ``time_limit`` (without either there is nothing to
-    judge and no finish to give)."""
+    its spec sets a ``deadline`` or a ``time_limit``, or a runtime was ``learned`` for it
+    from jobs like it (without any of them there is nothing to judge and no finish to
+    give)."""
     live = state in WAITING or state in HOLDING
-    return live and (spec.get("deadline") is not None or spec.get("time_limit") is not None)
+    told = spec.get("deadline") is not None or spec.get("time_limit") is not None
+    return live and (told or learned)
 
 
-def with_outlook(job: JobDetail, world_at: Callable[[float], World], now: float) -> JobDetail:
+def with_outlook(
+    job: JobDetail,
+    world_at: Callable[[float], World],
+    now: float,
+    learned: Callable[[str, str, int], float | None] | None = None,
+) -> JobDetail:
     """``job`` with its outlook filled in, reading the world (``world_at(now)``) only when
-    the job gets one."""
-    if not has_outlook(job.state, job.spec):
+    the job gets one; ``learned`` (``Mirror.estimate``) says whether a runtime is learned
+    for a job without a time limit."""
+    knows = learned is not None and learned(job.team, job.name, job.gpus) is not None
+    if not has_outlook(job.state, job.spec, knows):
         return job
     found = job_outlook(world_at(now), job.id, job.estimated_start)
     return job.model_copy(update={"outlook": found})

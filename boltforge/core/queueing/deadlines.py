@@ -19,7 +19,9 @@ from boltforge.core.preempt.text import span
 
 NEVER_RUNS = "the job can never run on this fleet"
 NO_START = "no start can be promised (the jobs in its way have no expected end)"
-NO_RUNTIME = "no runtime to judge by (the job has no time_limit)"
+NO_RUNTIME = (
+    "no runtime to judge by (the job has no time_limit, and none is learned yet from jobs like it)"
+)
 
 
 @dataclass(frozen=True, slots=True)

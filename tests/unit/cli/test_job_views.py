@@ -425,12 +425,23 @@ def test_explanation_says_why_it_waits_or_why_it_runs_there(
     assert explanation(detail(**fields)) == expected
 
 
-def test_a_waiting_job_gives_its_estimated_start_and_outlook() -> None:
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        ({"time_limit": 3600}, "expected start in ~20 min, finish in ~80 min"),
+        ({}, "expected start in ~20 min, finish in ~80 min (runtime learned from jobs like it)"),
+    ],
+    ids=["its time limit", "learned"],
+)
+def test_a_waiting_job_gives_its_estimated_start_and_outlook(
+    spec: dict[str, Any], said: str
+) -> None:
     now = time.time()
     o = DeadlineOutlook(at=now, expected_start=now + 1200, expected_finish=now + 4800)
-    lines = explanation(detail(state="pending", estimated_start=now + 1200, outlook=o))
+    waiting = detail(state="pending", estimated_start=now + 1200, outlook=o, spec=spec)
+    lines = explanation(waiting)
     assert lines[1] == "position ? in line; estimated start ~20 min"
-    assert lines[2] == "expected start in ~20 min, finish in ~80 min"
+    assert lines[2] == said
 
 
 def test_a_running_job_names_stragglers_of_its_current_placement_only() -> None:

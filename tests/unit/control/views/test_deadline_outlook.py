@@ -19,6 +19,7 @@ from boltforge.core.model.gang import Gang
 from boltforge.core.model.state import Allocation, FleetState
 from boltforge.core.model.workload import Job, Running
 from boltforge.core.queueing.deadlines import deadline_outlook, running_outlook
+from boltforge.core.queueing.runtimes import MIN_RUNS, Finished
 from boltforge.testing.builders import make_fleet, make_gang
 from boltforge.wire.jobs import JobDetail
 
@@ -154,7 +155,9 @@ def test_bolt_explain_prints_the_verdicts(
     assert "deadline not reachable: expected start in ~2.0 h, finish in ~3.0 h" in late
     assert "due in 2.5 h" in late and "30 min late" in late
     unknown = bolt(fleet, monkeypatch, "explain", ids["no-limit"])
-    assert "deadline unknown: no runtime to judge by (the job has no time_limit)" in unknown
+    assert (
+        "deadline unknown: no runtime to judge by (the job has no time_limit, and none" in unknown
+    )
     free = bolt(fleet, monkeypatch, "explain", ids["no-deadline"])
     assert "  expected start in ~2.0 h, finish in ~3.0 h\n" in free
     assert not deadline_lines(free)
@@ -183,6 +186,29 @@ def test_bolt_status_prints_the_verdict_and_json_carries_it(
     assert explained["outlook"]["slack_s"] == HOUR
     plain = json.loads(bolt(fleet, monkeypatch, "status", "--json", ids["plain"]))
     assert plain["outlook"] is None
+
+
+def test_a_job_without_a_time_limit_expects_what_jobs_like_it_took(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once jobs of its team, name and size have succeeded, a job sent without a time limit
+    gets the finish their runtimes give, and ``bolt explain`` says where it came from."""
+    with Fleet(tmp_path_factory.mktemp("learned")) as fleet:
+        t0 = fleet.clock.now
+        submit_yaml(fleet, yaml_job("busy", 32, t0, per_node=8, time_limit="2h"))
+        fleet.start_everything()
+        job_id = submit_yaml(fleet, yaml_job("sweep", 8, t0))
+        assert fleet.job(job_id).outlook is None  # nothing like it has finished
+        done = (Finished("research", "sweep", 8, HOUR) for _ in range(MIN_RUNS))
+        fleet.rt.mirror.runtimes.learn_all(done)
+        outlook = fleet.job(job_id).outlook
+        assert outlook is not None and outlook.verdict is None
+        assert outlook.expected_start == t0 + 2 * HOUR  # when busy's time limit ends
+        assert outlook.expected_finish == t0 + 3 * HOUR
+        said = bolt(fleet, monkeypatch, "explain", job_id)
+        assert (
+            "expected start in ~2.0 h, finish in ~3.0 h (runtime learned from jobs like it)" in said
+        )
 
 
 # --- the core on its own ---------------------------------------------------------------------
