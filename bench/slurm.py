@@ -5,19 +5,24 @@ and ``bolt slurm-bridge``.
 - **preempt_signal_ms**: a low-priority job holds all 64 GPUs and checkpoints; a
   high-priority 2-node job is submitted with plain ``sbatch`` to the managed partition
   (``bolt``); the time until the victim's batch script gets SIGTERM (it writes the time).
-  Repeated ``--rounds`` times, each with a fresh victim.
+  Repeated ``--rounds`` times, each with a fresh victim, the high job sent at a moment drawn
+  at random (seeded, the same for both sides) within ``PHASE_S``: Slurm acts on its own
+  scheduling passes, so its latency depends on when in its pass cycle a job arrives, and a
+  fixed rhythm would sample one point of that cycle.
 - **slurm_preempt_signal_ms**: the same, through Slurm's own ``partition_prio`` preemption
   with requeue: the victim in partition ``low``, the high job in ``high`` (neither managed).
 - **split_jobs**: the same ``--jobs``-job sequence (1 to 4 nodes of 8 GPUs, 1 to 4 s each,
   seeded) sent at once to Slurm alone (``low``, placed by ``topology/tree``) and to Boltforge
-  (``bolt``); how many multi-node jobs each ran across both racks.
+  (``bolt``); how many multi-node jobs each ran across both racks, and how long each took
+  from the first submission until nothing ran or waited (``sequence_s``).
 
 Slurm's scheduling passes run every 2 s here (``SchedulerParameters=sched_interval=2,
 bf_interval=2``); ``--slurm-defaults`` keeps Slurm's own 60 s and 30 s. Both sides run on
 the same cluster either way.
 
 ``--json`` prints ``{"preempt_signal_ms": {"p50", "p99"}, "slurm_preempt_signal_ms":
-{"p50", "p99"}, "split_jobs": {"slurm", "boltforge"}, "multi_node_jobs": N, ...}``.
+{"p50", "p99"}, "split_jobs": {"slurm", "boltforge"}, "sequence_s": {"slurm", "boltforge"},
+"multi_node_jobs": N, ...}``.
 Needs root and Debian's slurm-wlm and munge. Figures depend on the machine; nothing here
 asserts them.
 """
@@ -46,6 +51,7 @@ touch "{out}.ready"
 while true; do sleep 0.05; done
 """
 QUICK = "sleep {seconds}\n"
+PHASE_S = 2.0  # the high job is sent within this long of the victim settling (the tests' pass)
 
 
 def pct(values: list[float]) -> dict[str, float]:
@@ -55,15 +61,16 @@ def pct(values: list[float]) -> dict[str, float]:
     }
 
 
-def signal_ms(fleet: SlurmFleet, victim_part: str, high_part: str, tag: str) -> float:
-    """Run a victim on every node, submit a high job, time the victim's SIGTERM."""
+def signal_ms(fleet: SlurmFleet, victim_part: str, high_part: str, tag: str, delay: float) -> float:
+    """Run a victim on every node, submit a high job ``delay`` seconds after it has settled,
+    time the victim's SIGTERM."""
     out = fleet.data / f"{tag}-{time.monotonic_ns()}"
     script = VICTIM.format(out=out)
     victim = fleet.slurm.sbatch(
         "-p", victim_part, "-N8", "--gres=gpu:8", "--qos=low", script=script
     )
     wait_until(lambda: Path(f"{out}.ready").exists(), 60, "the victim to run")
-    time.sleep(0.5)  # its trap is set
+    time.sleep(0.5 + delay)  # its trap is set
     sent = time.time()
     high = fleet.slurm.sbatch(
         "-p", high_part, "-N2", "--gres=gpu:8", "--qos=high", script=QUICK.format(seconds=1)
@@ -99,8 +106,10 @@ def sequence(jobs: int, seed: int) -> list[tuple[int, int]]:
     return [(rng.choice([1, 1, 2, 2, 3, 4]), rng.randint(1, 4)) for _ in range(jobs)]
 
 
-def splits(fleet: SlurmFleet, partition: str, seq: list[tuple[int, int]]) -> tuple[int, int]:
-    """Send ``seq`` at once to ``partition``; (multi-node jobs, those spread over racks)."""
+def splits(fleet: SlurmFleet, partition: str, seq: list[tuple[int, int]]) -> tuple[int, int, float]:
+    """Send ``seq`` at once to ``partition``; (multi-node jobs, those spread over racks,
+    seconds from the first submission until nothing runs or waits)."""
+    sent = time.monotonic()
     ids = [
         fleet.slurm.sbatch(
             "-p", partition, f"-N{n}", "--gres=gpu:8", script=QUICK.format(seconds=s)
@@ -117,12 +126,13 @@ def splits(fleet: SlurmFleet, partition: str, seq: list[tuple[int, int]]) -> tup
     rack = {n: i for i, r in enumerate(fleet.slurm.racks) for n in r}
     multi = [nodes for nodes in seen.values() if len(nodes) > 1]
     wait_until(lambda: quiet(fleet), 120, "the sequence to finish")
-    return len(multi), sum(1 for nodes in multi if len({rack[n] for n in nodes}) > 1)
+    split = sum(1 for nodes in multi if len({rack[n] for n in nodes}) > 1)
+    return len(multi), split, time.monotonic() - sent
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--jobs", type=int, default=40)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
@@ -138,16 +148,19 @@ def main() -> None:
         tempfile.TemporaryDirectory(prefix="bench-slurm-") as tmp,
         slurm_fleet(Path(tmp), churn, None if args.slurm_defaults else FAST_SCHEDULER) as fleet,
     ):
-        ours = [signal_ms(fleet, "bolt", "bolt", "bolt") for _ in range(args.rounds)]
-        theirs = [signal_ms(fleet, "low", "high", "slurm") for _ in range(args.rounds)]
+        rng = random.Random(args.seed)
+        delays = [rng.uniform(0.0, PHASE_S) for _ in range(args.rounds)]
+        ours = [signal_ms(fleet, "bolt", "bolt", "bolt", d) for d in delays]
+        theirs = [signal_ms(fleet, "low", "high", "slurm", d) for d in delays]
         seq = sequence(args.jobs, args.seed)
-        multi, slurm_split = splits(fleet, "low", seq)
-        _, bolt_split = splits(fleet, "bolt", seq)
+        multi, slurm_split, slurm_s = splits(fleet, "low", seq)
+        _, bolt_split, bolt_s = splits(fleet, "bolt", seq)
     result = {
         "preempt_signal_ms": pct(ours),
         "slurm_preempt_signal_ms": pct(theirs),
         "speedup_p50": round(statistics.median(theirs) / statistics.median(ours), 1),
         "split_jobs": {"slurm": slurm_split, "boltforge": bolt_split},
+        "sequence_s": {"slurm": round(slurm_s, 1), "boltforge": round(bolt_s, 1)},
         "multi_node_jobs": multi,
         "rounds": args.rounds,
         "jobs": args.jobs,
@@ -168,6 +181,7 @@ def main() -> None:
     print(f"  Boltforge is {result['speedup_p50']}x faster at the median")
     print(f"{args.jobs}-job sequence, {multi} multi-node jobs split across racks:")
     print(f"  Slurm topology/tree {slurm_split}   Boltforge {bolt_split}")
+    print(f"sent to all done: Slurm {slurm_s:.1f} s   Boltforge {bolt_s:.1f} s")
 
 
 if __name__ == "__main__":

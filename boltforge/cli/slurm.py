@@ -38,6 +38,13 @@ def slurm_bridge_command(
         float, typer.Option(metavar="SECONDS", help="Checkpoint grace of a preempted job.")
     ] = 60.0,
     poll: Annotated[float, typer.Option(metavar="SECONDS", help="How often squeue is read.")] = 0.1,
+    wake_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="The file job_submit.lua touches for each job it holds (its WAKE): squeue is "
+            "read as soon as it changes, not only every --poll."
+        ),
+    ] = None,
 ) -> None:
     """Schedule a Slurm cluster's GPU partitions: hold their jobs (deploy/slurm/job_submit.lua),
     place each on the topology, start it on exactly the chosen nodes, preempt with the
@@ -79,6 +86,7 @@ def slurm_bridge_command(
             default_team=default_team,
             grace_s=grace,
             poll_s=poll,
+            wake_file=wake_file,
         )
         await bridge.run()
 

@@ -31,6 +31,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from contextlib import suppress
+from pathlib import Path
 
 from boltforge.agent.client import AgentClientError, ServerClient, SessionLost
 from boltforge.client import ApiFailure, Client
@@ -64,6 +65,17 @@ SHARED_NODE = (
 )
 
 
+WAKE_CHECK_S = 0.005  # how often the wake file is looked at (a stat: next to nothing)
+
+
+def _changed_at(path: Path) -> int | None:
+    """When ``path`` last changed (None: it does not exist or cannot be read)."""
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
 class SlurmBridge:
     """Runs until cancelled. ``agents`` speaks the agent protocol for every Slurm node;
     ``api`` is the job API (submits, reasons, cordons); both need an admin token."""
@@ -79,6 +91,7 @@ class SlurmBridge:
         default_team: str = "default",
         grace_s: float = 60.0,
         poll_s: float = 0.1,
+        wake_file: Path | None = None,
         nodes_every_s: float = 2.0,
         comments_every_s: float = 2.0,
         wait_s: float = 20.0,
@@ -88,6 +101,7 @@ class SlurmBridge:
         self.topology = topology or {}
         self.default_team, self.grace_s = default_team, grace_s
         self.poll_s, self.nodes_every_s, self.wait_s = poll_s, nodes_every_s, wait_s
+        self.wake_file = wake_file
         self.comments_every_s = comments_every_s
         self.state = BridgeState()
         self.jobs: dict[str, SlurmJob] = {}
@@ -98,8 +112,11 @@ class SlurmBridge:
         self._next_comments = 0.0
 
     async def run(self) -> None:
+        watch = self.wake_file
+        tasks = [asyncio.create_task(self._watch(watch))] if watch is not None else []
         try:
             while True:
+                self._wake.clear()  # a wake during the pass calls the next one at once
                 try:
                     await self.step()
                 except (SlurmError, AgentClientError, ApiFailure, OSError) as e:
@@ -108,11 +125,22 @@ class SlurmBridge:
                 with suppress(TimeoutError):  # not wait_for: on 3.11 it can swallow a cancel
                     async with asyncio.timeout(self.poll_s):
                         await self._wake.wait()
-                self._wake.clear()
         finally:
-            for task in self._polls.values():
+            tasks += self._polls.values()
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(*self._polls.values(), return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _watch(self, path: Path) -> None:
+        """Wake a pass as soon as ``path`` changes (``job_submit.lua`` touches it for every
+        job it holds), rather than at the next poll. A missing file wakes nothing."""
+        seen = _changed_at(path)
+        while True:
+            await asyncio.sleep(WAKE_CHECK_S)
+            now = _changed_at(path)
+            if now != seen:
+                seen = now
+                self._wake.set()
 
     async def step(self) -> None:
         """One pass (see the module docstring)."""

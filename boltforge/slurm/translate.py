@@ -86,5 +86,8 @@ def check_whole_nodes(job: SlurmJob, gpus_per_node: int) -> None:
 
 
 def _name(job: SlurmJob) -> str:
+    """``slurm-`` and the Slurm job's name as a valid Boltforge name. Jobs sent again under one
+    name share it, so the runtimes learned from the earlier ones speak for the next
+    (``core/queueing/runtimes.py``); the Slurm job id is the second word of the command."""
     base = re.sub(r"[^a-z0-9_.-]", "-", job.name.lower()).strip("-._") or "job"
-    return f"slurm-{job.id}-{base}"[:63].rstrip("-._")
+    return f"slurm-{base}"[:63].rstrip("-._")

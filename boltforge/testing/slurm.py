@@ -43,6 +43,11 @@ class SlurmCluster:
         return self.root / "slurm.conf"
 
     @property
+    def wake(self) -> Path:
+        """The file this cluster's ``job_submit.lua`` touches for every job it holds."""
+        return self.root / "wake"
+
+    @property
     def env(self) -> dict[str, str]:
         return {**os.environ, "SLURM_CONF": str(self.conf)}
 
@@ -182,8 +187,9 @@ def slurm_cluster(
     (root / "slurm.conf").write_text(_config(root, names, grouped, ports, scheduler))
     (root / "topology.conf").write_text(_topology(grouped))
     (root / "gres.conf").write_text(_gres(root, names))
-    shutil.copy(LUA, root / "job_submit.lua")
     cluster = SlurmCluster(root, names, grouped)
+    lua = LUA.read_text().replace('"/run/boltforge/slurm-wake"', f'"{cluster.wake}"')
+    (root / "job_submit.lua").write_text(lua)
     _munge()
     ctld = _start(cluster, ["slurmctld", "-D", "-i", "-f", str(cluster.conf)])
     slurmds: dict[str, subprocess.Popen[bytes]] = {}

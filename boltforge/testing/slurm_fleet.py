@@ -51,7 +51,7 @@ class SlurmFleet:
     def start_bridge(self) -> None:
         env = {**child_env(self.data), "SLURM_CONF": str(self.slurm.conf)}
         cmd = [*bolt(), "slurm-bridge", "--server", self.server.url, "--grace", "20"]
-        cmd += ["--token", self.server.admin_token]
+        cmd += ["--token", self.server.admin_token, "--wake-file", str(self.slurm.wake)]
         self.bridge = spawn(cmd, self.data / "bridge.log", env, cwd=self.data)
 
     def kill_bridge(self) -> None:

@@ -9,11 +9,16 @@ jobs, places each on the topology, and starts it on exactly the nodes it chose
 Install: copy this file beside slurm.conf and add `JobSubmitPlugins=lua` to slurm.conf
 (docs/slurm.md). Set MANAGED to the partitions Boltforge runs; a job that names no partition
 counts as the cluster's default one, DEFAULT_PARTITION.
+
+For every job it holds it also touches WAKE, the file `bolt slurm-bridge --wake-file` watches,
+so the bridge reads the new job at once instead of at its next squeue poll. The directory must
+be writable by SlurmUser; where it is missing, nothing is touched and the poll finds the job.
 ]]
 
 local MANAGED = { bolt = true }
 local DEFAULT_PARTITION = "bolt"
 local TAG = "boltforge: held for placement"
+local WAKE = "/run/boltforge/slurm-wake"
 
 local function managed(partition)
     local p = partition or DEFAULT_PARTITION
@@ -23,6 +28,13 @@ local function managed(partition)
         end
     end
     return true
+end
+
+local function wake()
+    local f = io.open(WAKE, "w")
+    if f then
+        f:close()
+    end
 end
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
@@ -35,6 +47,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
         else
             job_desc.comment = TAG
         end
+        wake()
     end
     return slurm.SUCCESS
 end

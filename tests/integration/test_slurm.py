@@ -31,14 +31,18 @@ def test_a_two_node_sbatch_job_is_held_placed_on_one_rack_and_runs_to_completion
     tmp_path: Path,
 ) -> None:
     with scheduled_slurm(tmp_path) as fleet:
+        assert not fleet.slurm.wake.exists()
         job, ckpt = fleet.trainer("pair", "-N2", "--gres=gpu:h100:8", "-A", "research", steps=40)
+        assert fleet.slurm.wake.exists()  # job_submit.lua woke the bridge as it held the job
         bf = wait_until(lambda: fleet.boltforge_id(job), 20, "the bridge to take the job")
         wait_until(lambda: state(fleet, job) == "RUNNING", 30, "Slurm to start it")
         nodes = slurm_nodes(fleet, job)
         wait_until(lambda: state(fleet, job) == "COMPLETED", 60, "Slurm to run it")
         wait_until(lambda: fleet.api.job(bf).state == "succeeded", 20, "Boltforge to see it end")
         detail = fleet.api.job(bf)
-        assert (detail.team, detail.gpus, detail.replicas) == ("research", 16, 2)
+        assert (detail.name, detail.team, detail.gpus, detail.replicas) == (
+            "slurm-pair", "research", 16, 2,
+        )  # fmt: skip
         assert sorted(nodes) == sorted(r.node for r in detail.placement)
         assert len(rack_of(fleet, nodes)) == 1  # both nodes under one switch
         assert ckpt.read_text().strip() == "40"

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
+from contextlib import suppress
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -380,3 +383,46 @@ def test_replicas_sharing_a_node_cannot_run_as_a_slurm_job_and_say_why() -> None
     assert slurm.commands("submit_held") == []
     [failed, _] = [e for e in server.events if e.kind == "failed"]
     assert "a node of its own" in (failed.detail or "")
+
+
+class CountingSlurm(FakeSlurm):
+    """A FakeSlurm that counts the bridge's reads of the queue (one per pass)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    async def jobs(self, partitions: Sequence[str]) -> list[SlurmJob]:
+        self.reads += 1
+        return await super().jobs(partitions)
+
+
+async def until(check: Callable[[], bool], timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not check():
+            await asyncio.sleep(0.01)
+
+
+def test_a_touch_of_the_wake_file_starts_a_pass_at_once(tmp_path: Path) -> None:
+    """``job_submit.lua`` touches the wake file for every job it holds: the bridge reads the
+    queue then, not at its next poll (a minute away here); a missing file wakes nothing."""
+    slurm, server, wake = CountingSlurm(), FakeServer(), tmp_path / "wake"
+    b = SlurmBridge(
+        cast(Any, slurm), cast(Any, server), cast(Any, server), ["bolt"], poll_s=60.0,
+        wake_file=wake,
+    )  # fmt: skip
+
+    async def go() -> None:
+        task = asyncio.create_task(b.run())
+        await until(lambda: slurm.reads == 1)
+        await asyncio.sleep(0.2)
+        assert slurm.reads == 1  # no file yet: nothing to wake the bridge
+        wake.touch()
+        await until(lambda: slurm.reads == 2)
+        os.utime(wake, ns=(0, wake.stat().st_mtime_ns + 1_000_000))
+        await until(lambda: slurm.reads == 3)
+        task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(go())
