@@ -8,11 +8,11 @@ least: ``(team, name, GPUs)``, ``(team, GPUs)`` and ``team``. A job's estimate c
 most specific key whose last ``KEEP`` runtimes are at least ``MIN_RUNS`` and agree, as their
 ``QUANTILE``.
 
-They agree when that quantile is at most ``SPREAD`` times their (lower) median. A job run again and
-again (the same training script, the same evaluation) takes about as long each time; a key
-whose jobs range from minutes to days predicts nothing, and an estimate drawn from it would
-only mislead: its high quantile would keep most jobs out of the gaps backfill could give them,
-where no estimate leaves the job to be judged as one of unknown length.
+They agree when that quantile is at most ``SPREAD`` times their (lower) median. A job run
+again and again (the same training script, the same evaluation) takes about as long each
+time; a key whose jobs range from minutes to days predicts nothing, and an estimate drawn from
+it would only mislead: its high quantile would keep most jobs out of the gaps backfill could
+give them, where no estimate leaves the job to be judged as one of unknown length.
 
 A high quantile rather than the mean, because the cycle relies on expected ends the way it
 relies on time limits: backfill lets a job into a gap when it ends before the reservation, so
