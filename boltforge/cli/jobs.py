@@ -55,7 +55,7 @@ def status_command(
         return
     console.print(headline(d), highlight=False)
     console.print(_facts(d), highlight=False)
-    line = outlook_line(d.outlook, learned=d.spec.get("time_limit") is None)
+    line = job_outlook_line(d)
     if line is not None:
         console.print(f"  {escape(line)}", highlight=False)
     if d.placement:
@@ -147,8 +147,7 @@ def explain_command(
 
 def explanation(d: JobDetail) -> list[str]:
     """The lines ``bolt explain`` prints under the headline."""
-    line = outlook_line(d.outlook, learned=d.spec.get("time_limit") is None)
-    outlook = [line] if line is not None else []
+    outlook = [line] if (line := job_outlook_line(d)) is not None else []
     if d.state in ("pending", "requeued"):
         pos = "?" if d.position is None else str(d.position + 1)
         start = "unknown" if d.estimated_start is None else until(d.estimated_start)
@@ -164,6 +163,11 @@ def explanation(d: JobDetail) -> list[str]:
         e.message for e in d.events if e.kind == "straggler" and e.data.get("epoch") == d.epoch
     ]
     return [*(list(d.explanation) or ["no placement explanation recorded"]), *outlook, *found]
+
+
+def job_outlook_line(d: JobDetail) -> str | None:
+    """``d``'s outlook line; a job without a time limit has its finish marked learned."""
+    return outlook_line(d.outlook, learned=d.spec.get("time_limit") is None)
 
 
 def outlook_line(o: DeadlineOutlook | None, learned: bool = False) -> str | None:

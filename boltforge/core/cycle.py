@@ -492,11 +492,18 @@ def _blocked_hosts(p: _Pass, job: Job) -> frozenset[int]:
     """Hosts ``job`` must avoid: those reserved for a start before ``job`` would finish."""
     runtime = job.expected_runtime()
     end = None if runtime is None else p.now + runtime
-    if p.fences is None or p.fences.count != len(p.reservations):
-        p.fences = _Fences(p.reservations)  # a pass only ever appends reservations
-    if job.id in p.fences.holders:  # its own reservation does not fence it off
+    fences = _fences(p)
+    if job.id in fences.holders:  # its own reservation does not fence it off
         return _Fences(p.reservations, job.id).before(end)
-    return p.fences.before(end)
+    return fences.before(end)
+
+
+def _fences(p: _Pass) -> _Fences:
+    """The pass's reservations as ``_Fences``, made again only when one was added (a pass
+    only ever appends reservations)."""
+    if p.fences is None or p.fences.count != len(p.reservations):
+        p.fences = _Fences(p.reservations)
+    return p.fences
 
 
 class _Fences:
@@ -871,8 +878,7 @@ def _reserve(p: _Pass, job: Job, position: int, reasons: tuple[str, ...]) -> boo
 def _earliest_unreserved(p: _Pass, gang: Gang) -> Decision | None:
     """When and where ``gang`` starts earliest outside every reservation's hosts, when that
     is later than now (None: now, or never)."""
-    reserved = frozenset().union(*(res.hosts for res in p.reservations))
-    with p.work.fenced(reserved):
+    with p.work.fenced(_fences(p).before(None)):
         decision = when_and_where(p.work, gang, p.now, p.explain)
     if decision.outcome != Outcome.LATER or decision.placement is None:
         return None

@@ -175,6 +175,7 @@ class Simulation:
         self.quota = team_tree(trace) if config.team_queues else None
         self.ended: list[Holding] = []  # segments ended since usage.as_of (fair order only)
         self.runtimes = RuntimeHistory()  # what finished jobs took, for jobs with no limit
+        self.learning = not config.time_limits and config.learned_runtimes
         self.ideal: dict[object, Placement | None] = {}
         self.events: list[tuple[float, int, int, str]] = []
         self.seq = 0
@@ -345,7 +346,7 @@ class Simulation:
 
     def _full_pass(self) -> None:
         self._refresh_usage()
-        if not self.config.time_limits:
+        if self.learning:
             self.pending = {key: self._expecting(job) for key, job in self.pending.items()}
         promised = frozenset(r.job for r in self.reservations)
         snap = self._snapshot(tuple(self.pending.values()), promised)
@@ -355,8 +356,8 @@ class Simulation:
 
     def _expecting(self, job: Job) -> Job:
         """``job`` expecting what its team's finished jobs of its size took, when it has no
-        time limit."""
-        if job.time_limit is not None or not self.config.learned_runtimes:
+        time limit and the replay learns runtimes (``learning``)."""
+        if not self.learning or job.time_limit is not None:
             return job
         learned = self.runtimes.estimate(self.records[job.id].team, "", job.gpus)
         return job if learned == job.estimate else replace(job, estimate=learned)
@@ -478,7 +479,7 @@ class Simulation:
         self.remaining[key] = 0.0
         record = self.records[key]
         record.finish_s = self.now
-        if record.gpus:
+        if self.learning and record.gpus:
             held = record.allocated_gpu_s / record.gpus  # GPU-seconds per GPU, as a server learns
             self.runtimes.learn(Finished(record.team, "", record.gpus, held))
         self.done += 1
