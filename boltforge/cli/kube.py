@@ -79,6 +79,7 @@ def kube_scheduler_command(
     from kubernetes.client import CoordinationV1Api
     from kubernetes.config import ConfigException
 
+    from boltforge import switching
     from boltforge.agent.client import ServerClient
     from boltforge.client import Client
     from boltforge.kube.connect import api_client
@@ -132,5 +133,6 @@ def kube_scheduler_command(
         )
         await scheduler.run()
 
+    switching.responsive()
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve())

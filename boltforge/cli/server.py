@@ -12,7 +12,7 @@ from platformdirs import user_data_dir
 from rich.markup import escape
 from sqlalchemy import select
 
-from boltforge import gctune
+from boltforge import gctune, switching
 from boltforge.cli.common import errors, spec_errors
 from boltforge.control.auth import new_token
 from boltforge.control.jobs.artifacts import StoreError
@@ -325,6 +325,7 @@ def server_command(
         leader_lease=LeaseTimes(leader_lease, leader_lease / 6, leader_lease * 2 / 3),
     )
     gctune.tune()
+    switching.responsive()
     try:
         app = create_app(config)
     except StoreError as e:

@@ -55,6 +55,7 @@ def slurm_bridge_command(
     import contextlib
     import logging
 
+    from boltforge import switching
     from boltforge.agent.client import ServerClient
     from boltforge.client import Client
     from boltforge.slurm.bridge import SlurmBridge
@@ -90,5 +91,6 @@ def slurm_bridge_command(
         )
         await bridge.run()
 
+    switching.responsive()
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve())

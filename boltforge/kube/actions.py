@@ -22,6 +22,14 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _done(response: Any) -> None:
+    """Read a raw (``_preload_content=False``) answer to its end and give its connection back
+    to the pool: unread, the connection is never reused and every call opens a new one (and
+    against a real API server, goes through a TLS handshake)."""
+    response.read()
+    response.release_conn()
+
+
 def _refusal(e: ApiException) -> str:
     try:
         body = json.loads(e.body or "{}")
@@ -48,8 +56,10 @@ class KubeWrites:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         try:
-            self.core.create_namespaced_binding(
-                pod.namespace, body, _preload_content=False, _request_timeout=10
+            _done(
+                self.core.create_namespaced_binding(
+                    pod.namespace, body, _preload_content=False, _request_timeout=10
+                )
             )
         except ApiException as e:
             if e.status == 409 and self._bound_to(pod, node):
@@ -76,8 +86,10 @@ class KubeWrites:
         if grace_s is not None:
             body["deleteOptions"] = {"gracePeriodSeconds": max(0, round(grace_s))}
         try:
-            self.core.create_namespaced_pod_eviction(
-                pod.name, pod.namespace, body, _preload_content=False, _request_timeout=10
+            _done(
+                self.core.create_namespaced_pod_eviction(
+                    pod.name, pod.namespace, body, _preload_content=False, _request_timeout=10
+                )
             )
         except ApiException as e:
             if e.status == 404:
@@ -96,8 +108,10 @@ class KubeWrites:
         }
         patch = {"status": {"conditions": [condition]}}
         try:
-            self.core.patch_namespaced_pod_status(
-                pod.name, pod.namespace, patch, _preload_content=False, _request_timeout=10
+            _done(
+                self.core.patch_namespaced_pod_status(
+                    pod.name, pod.namespace, patch, _preload_content=False, _request_timeout=10
+                )
             )
         except ApiException as e:
             if e.status != 404:
@@ -130,6 +144,8 @@ class KubeWrites:
             "lastTimestamp": now,
             "count": 1,
         }
-        self.core.create_namespaced_event(
-            pod.namespace, body, _preload_content=False, _request_timeout=10
+        _done(
+            self.core.create_namespaced_event(
+                pod.namespace, body, _preload_content=False, _request_timeout=10
+            )
         )

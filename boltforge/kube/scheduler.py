@@ -41,6 +41,7 @@ from boltforge.agent.client import AgentClientError, ServerClient
 from boltforge.client import ApiFailure, Client
 from boltforge.kube import model
 from boltforge.kube.actions import KubeWrites
+from boltforge.kube.desired import Wanted
 from boltforge.kube.gangs import Gang, GangIndex, GangKey, key_of, preemptible
 from boltforge.kube.informer import Informer
 from boltforge.kube.leader import LeaderElector
@@ -60,7 +61,6 @@ from boltforge.wire.agent import AgentReport, Heartbeat, Registration, ReplicaSp
 from boltforge.wire.jobs import TERMINAL, SubmitRequest
 
 log = logging.getLogger("boltforge.kube")
-Wanted = dict[tuple[str, int], dict[str, tuple[str, ReplicaSpec]]]
 FULL_BEAT_S = 30.0  # how often heartbeats list what every node runs, changed or not
 NOT_FROM_KUBE = (
     "these nodes are scheduled through Kubernetes, which runs only pods; create the job's "
@@ -107,8 +107,8 @@ class KubeScheduler:
         self._pool = ThreadPoolExecutor(options.workers, thread_name_prefix="kube-write")
         self._words_pool = ThreadPoolExecutor(4, thread_name_prefix="kube-words")
         self._beside: dict[str, asyncio.Future[None]] = {}  # "beat", "report", "words"
-        self._wanted_at: dict[str, tuple[int, Wanted]] = {}
-        self._unstarted_at: tuple[int, int] | None = None
+        self._unplaced_at = -1  # ``state.unplaced`` when ``_unstarted`` was last rebuilt
+        self._silent: dict[str, Heartbeat] = {}  # by node: its heartbeat that lists nothing
         self._unstarted: Wanted = {}
         self._pruned_at = -1
         self._next_words = 0.0
@@ -203,8 +203,7 @@ class KubeScheduler:
 
     def _forget_all(self) -> None:
         self.state = SchedulerState()
-        self._wanted_at.clear()
-        self._unstarted_at = None
+        self._unplaced_at = -1
         self._pruned_at = -1
         self._full = True
 
@@ -315,10 +314,7 @@ class KubeScheduler:
         state.moved = set()
         leases = state.leases
         beats = {
-            n: Heartbeat(
-                session=lease.session, running=state.statuses(n) if full or n in sent else []
-            )
-            for n, lease in leases.items()
+            n: self._heartbeat(n, lease.session, full or n in sent) for n, lease in leases.items()
         }
         try:
             reply = await self.agents.heartbeats(beats, every * 2 + 5)
@@ -335,6 +331,16 @@ class KubeScheduler:
                 placed = self.state.placed.get(replica)
                 if placed is not None and placed.evicted_at is None:
                     await self._evict(placed, None)
+
+    def _heartbeat(self, node: str, session: str, listing: bool) -> Heartbeat:
+        """``node``'s heartbeat: listing what it runs, or nothing (kept from the last time:
+        most of a fleet's heartbeats are these, the same every time)."""
+        if listing:
+            return Heartbeat(session=session, running=self.state.statuses(node))
+        beat = self._silent.get(node)
+        if beat is None or beat.session != session:
+            beat = self._silent[node] = Heartbeat(session=session)
+        return beat
 
     # gangs in
 
@@ -384,32 +390,26 @@ class KubeScheduler:
 
     # intent out
 
-    def _wanted(self, action: str) -> Wanted:
-        """The desired replicas with ``action``, by job and epoch, and where each is wanted;
-        worked out again only when the desired states changed."""
-        seq, cached = self._wanted_at.get(action, (-1, {}))
-        if seq == self.state.desired_seq:
-            return cached
-        out: Wanted = defaultdict(dict)
-        for node, specs in self.state.desired.items():
-            for spec in specs:
-                if spec.action == action:
-                    out[(spec.job, spec.epoch)][spec.replica] = (node, spec)
-        self._wanted_at[action] = (self.state.desired_seq, out)
-        return out
-
     def _to_start(self) -> Wanted:
         """The desired replicas to run of the (job, epoch)s that have one not yet bound;
-        worked out again only when the desired states changed or a bound pod went."""
-        at = (self.state.desired_seq, self.state.unplaced)
-        if self._unstarted_at != at:
-            done = self.state.placed
+        kept current from the runs whose desired replicas changed, and worked out again
+        from every run when a bound pod went."""
+        state = self.state
+        touched = state.desired.take_touched()
+        if self._unplaced_at != state.unplaced:
+            self._unplaced_at, touched = state.unplaced, None
+        runs, done = state.desired.wanted("run"), state.placed
+        if touched is None:
             self._unstarted = {
-                run: wanted
-                for run, wanted in self._wanted("run").items()
-                if any(r not in done for r in wanted)
+                run: wanted for run, wanted in runs.items() if any(r not in done for r in wanted)
             }
-            self._unstarted_at = at
+            return self._unstarted
+        for run in touched:
+            wanted = runs.get(run)
+            if wanted is not None and any(r not in done for r in wanted):
+                self._unstarted[run] = wanted
+            else:
+                self._unstarted.pop(run, None)
         return self._unstarted
 
     async def _start(self, all_gangs: Mapping[GangKey, Gang]) -> None:
@@ -463,7 +463,7 @@ class KubeScheduler:
         """Evict the pods of the replicas to stop; one never bound is reported stopped at
         once, and one whose exit was reported is left alone."""
         state = self.state
-        for (_job, _epoch), wanted in self._wanted("stop").items():
+        for (_job, _epoch), wanted in state.desired.wanted("stop").items():
             for replica, (node, spec) in wanted.items():
                 placed = state.placed.get(replica)
                 if placed is None:
@@ -473,9 +473,9 @@ class KubeScheduler:
                         state.outbox[node].append(event)
                 elif placed.evicted_at is None and time.monotonic() >= placed.retry_at:
                     await self._evict(placed, spec.grace_s)
-        if state.ended and self._pruned_at != state.desired_seq:
-            self._pruned_at = state.desired_seq  # forget what the server no longer mentions
-            state.ended &= {spec.replica for specs in state.desired.values() for spec in specs}
+        if state.ended and self._pruned_at != state.desired.seq:
+            self._pruned_at = state.desired.seq  # forget what the server no longer mentions
+            state.ended = {r for r in state.ended if state.desired.lists(r)}
 
     async def _evict(self, placed: Placed, grace_s: float | None) -> None:
         loop = asyncio.get_running_loop()
@@ -607,11 +607,10 @@ class KubeScheduler:
                 continue
             mine = self.nodes.snapshot()
             if changes.full:
-                self.state.desired = {}
+                self.state.desired.clear()
             for st in changes.nodes:
                 if st.node in mine:
-                    self.state.desired[st.node] = st.replicas
-            self.state.desired_seq += 1
+                    self.state.desired.put(st.node, st.replicas)
             since = changes.seq
             self._wake.set()
 

@@ -9,9 +9,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Literal
 
+from boltforge.kube.desired import DesiredStates
 from boltforge.kube.gangs import GangKey
 from boltforge.kube.model import JOB, REPLICA, KubePod
-from boltforge.wire.agent import Lease, ReplicaEvent, ReplicaSpec, ReplicaStatus
+from boltforge.wire.agent import Lease, ReplicaEvent, ReplicaStatus
 
 
 @dataclass
@@ -58,8 +59,7 @@ def adopted(pod: KubePod) -> Placed | None:
 class SchedulerState:
     leases: dict[str, Lease] = field(default_factory=dict)
     beat_due: float = 0.0  # when the leases are next renewed
-    desired: dict[str, list[ReplicaSpec]] = field(default_factory=dict)
-    desired_seq: int = 0  # grows with every change to ``desired``
+    desired: DesiredStates = field(default_factory=DesiredStates)
     job_of: dict[GangKey, str] = field(default_factory=dict)
     gang_of: dict[str, GangKey] = field(default_factory=dict)
     placed: dict[str, Placed] = field(default_factory=dict)  # by replica id; see ``place``

@@ -64,8 +64,7 @@ class KubeFleet:
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Create ``obj`` (any kind the API server serves) through the real client."""
-        created: dict[str, Any] = client_create(self.kube_api, obj)
-        return created
+        return client_create(self.kube_api, obj)
 
     def pods(self, namespace: str = "research") -> dict[str, dict[str, Any]]:
         reply = self.core.list_namespaced_pod(namespace, _preload_content=False)
@@ -79,24 +78,29 @@ class KubeFleet:
         return items
 
 
-def client_create(api: client.ApiClient, obj: dict[str, Any]) -> Any:
-    """Create ``obj`` with the client call its kind calls for."""
+def client_create(api: client.ApiClient, obj: dict[str, Any]) -> dict[str, Any]:
+    """Create ``obj`` with the client call its kind calls for; the object as created."""
     kind, ns = obj["kind"], obj["metadata"].get("namespace", "default")
     core = client.CoreV1Api(api)
+    raw = None
     if kind == "Node":
-        return core.create_node(obj, _preload_content=False)
-    if kind == "Pod":
-        return core.create_namespaced_pod(ns, obj, _preload_content=False)
-    if kind == "PodDisruptionBudget":
-        return client.PolicyV1Api(api).create_namespaced_pod_disruption_budget(
+        raw = core.create_node(obj, _preload_content=False)
+    elif kind == "Pod":
+        raw = core.create_namespaced_pod(ns, obj, _preload_content=False)
+    elif kind == "PodDisruptionBudget":
+        raw = client.PolicyV1Api(api).create_namespaced_pod_disruption_budget(
             ns, obj, _preload_content=False
         )
-    if kind == "PriorityClass":
-        return client.SchedulingV1Api(api).create_priority_class(obj, _preload_content=False)
-    if kind == "PodGroup":
-        return client.CustomObjectsApi(api).create_namespaced_custom_object(
+    elif kind == "PriorityClass":
+        raw = client.SchedulingV1Api(api).create_priority_class(obj, _preload_content=False)
+    elif kind == "PodGroup":
+        created: dict[str, Any] = client.CustomObjectsApi(api).create_namespaced_custom_object(
             "scheduling.x-k8s.io", "v1alpha1", ns, "podgroups", obj
         )
+        return created
+    if raw is not None:  # read to the end, so the pool reuses its connection
+        body: dict[str, Any] = json.loads(raw.data)
+        return body
     raise ValueError(f"no create for kind {kind}")
 
 

@@ -66,13 +66,11 @@ class Rig:
 
     def wants(self, node: str, *specs: ReplicaSpec) -> None:
         """The server's desired state for ``node`` now holds ``specs`` too."""
-        state = self.sched.state
-        state.desired.setdefault(node, []).extend(specs)
-        state.desired_seq += 1
+        desired = self.sched.state.desired
+        desired.put(node, [*desired.nodes.get(node, []), *specs])
 
     def clear(self) -> None:
-        self.sched.state.desired = {}
-        self.sched.state.desired_seq += 1
+        self.sched.state.desired.clear()
 
     def passes(self, n: int = 1, *, every_s: float = 0.0) -> None:
         """``n`` passes, ``every_s`` apart by the scheduler's clock, each with the work it

@@ -288,3 +288,26 @@ def test_events_are_normal_by_default_never_collide_and_are_cut_at_1024_characte
     assert len({e["metadata"]["name"] for e in said}) == 2
     assert {e["type"] for e in said} == {"Normal"}
     assert sorted(len(e["message"]) for e in said) == [5, 1024]
+
+
+def connections(api: client.ApiClient) -> int:
+    """How many connections the client's pools have opened to the API server so far."""
+    pools = api.rest_client.pool_manager.pools  # iterable only through ``keys()``
+    return sum(pools[key].num_connections for key in pools.keys())  # noqa: SIM118
+
+
+def test_writes_reuse_their_connections(
+    kube: tuple[ApiServer, client.ApiClient], core: client.CoreV1Api, ns: str
+) -> None:
+    """Each write reads its answer to the end, so the pool hands the connection to the next
+    write instead of opening one per call (against a real cluster, a TLS handshake each)."""
+    api = kube[1]
+    writes = KubeWrites(api, "sched-a")
+    pods = [make(core, ns, f"p{i}") for i in range(5)]
+    opened = connections(api)
+    for pod in pods:
+        assert writes.bind(pod, "n1", {}) is None
+        writes.event(pod, "Scheduled", "placed")
+        writes.unschedulable(pod, "Unschedulable", "waiting")
+        assert writes.evict(pod, 0) is None
+    assert connections(api) - opened <= 1

@@ -440,7 +440,7 @@ def test_the_desired_states_follow_the_servers_changes_for_its_own_nodes(r: Rig)
     poll = r.agents.desired_changes
 
     async def recording(since: int, wait_s: float) -> DesiredChanges:
-        held.append(sorted(r.sched.state.desired))
+        held.append(sorted(r.sched.state.desired.nodes))
         return await poll(since, wait_s)
 
     r.agents.desired_changes = recording  # type: ignore[method-assign]
@@ -452,10 +452,10 @@ def test_the_desired_states_follow_the_servers_changes_for_its_own_nodes(r: Rig)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
 
-    r.sched.state.desired = {"stale": [spec]}
+    r.sched.state.desired.put("stale", [spec])
     asyncio.run(go())
     assert r.agents.asked == [-1, 5, 6, 9]  # each poll from the last change seen
     # a full answer replaces everything; a partial one adds to it; other backends' nodes
     # are not this scheduler's
     assert held == [["stale"], ["n1"], ["n1", "n2"], []]
-    assert r.sched.state.desired_seq == 3
+    assert r.sched.state.desired.wanted("run") == {}  # the index follows the last answer
