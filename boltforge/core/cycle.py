@@ -42,7 +42,7 @@ from boltforge.core.decisions import (
 from boltforge.core.elastic import grow, growth_id
 from boltforge.core.model.gang import Gang
 from boltforge.core.model.state import Allocation, Conflict, FleetState, Grant
-from boltforge.core.model.topology import TopologyTree
+from boltforge.core.model.topology import IntArray, TopologyTree
 from boltforge.core.model.workload import Job, Running, Usage
 from boltforge.core.placement.answers import Placement
 from boltforge.core.placement.firstfit import first_fit
@@ -63,6 +63,7 @@ from boltforge.core.preempt.choose import (
     NoVictims,
     Screens,
     Victims,
+    churn_note,
     find_victims,
     preemption_worth_it,
     release_victims,
@@ -110,6 +111,13 @@ class Snapshot:
         """GPUs held per leaf queue and pool by the running jobs, as a fresh dict."""
         return holdings_of(self.state.tree, self.running)
 
+    def own_holdings(self) -> dict[str, dict[str, int]]:
+        """``holdings()`` as a fresh dict the caller may change: copied from ``known_held``
+        when the caller keeps that count, else counted."""
+        if self.known_held is None:
+            return self.holdings()
+        return {q: dict(pools) for q, pools in self.known_held.items()}
+
 
 @dataclass
 class _Pass:
@@ -144,6 +152,9 @@ class _Pass:
     unseen: int = 0  # jobs left waiting unlooked-at (``_Tail``)
     alive: _Alive | None = None  # the running jobs as victim searches see them (``_alive``)
     fences: _Fences | None = None  # the reservations' hosts, for ``_blocked_hosts``
+    rules: PreemptRules = field(default_factory=PreemptRules)  # ``_rules`` of the policy
+    churn: tuple[int, bool] | None = None  # budget spent, as of that many ``recent``
+    gpus_only: bool | None = None  # every running job's grants hold GPUs (``_churn_spent``)
 
 
 def run_cycle(
@@ -161,14 +172,14 @@ def run_cycle(
     once no job left in the queue can start (``_Tail``) the pass ends, and ``waiting`` lists
     only the jobs it looked at.
     """
-    holdings = snap.holdings()
+    holdings = snap.own_holdings()
     ordered = order_jobs(list(snap.pending), policy, snap.now, _fair(snap, holdings, policy))  # 1.
     ordered = promised_first(ordered, policy, snap.promised)
     p = _new_pass(snap, policy, holdings)  # 2. snapshot
     p.reservations = list(reservations)
     p.estimates_left = policy.estimate_waits if explain else 0
     p.explain = explain
-    tail = None if explain else _Tail(ordered, policy)
+    tail = None if explain else _Tail(ordered, policy, snap.now)
     ahead = len(ordered[: policy.lookahead])  # lookahead looks at the jobs before this position
     for position, job in enumerate(ordered):
         if tail is not None and tail.none_can_start(p, position):
@@ -177,17 +188,20 @@ def run_cycle(
         upcoming = _upcoming(ordered, position, ahead) if position + 1 < ahead else ()
         _consider(p, job, position, upcoming=upcoming)  # 3-8, one job at a time
     resizes = _grow(p)  # 9. grow elastic jobs into what nobody waiting can use
-    jobs = {j.id: j for j in ordered}
+    waiting = p.waiting
+    if explain:
+        waiting = fill_estimates(waiting, {j.id: j for j in ordered}, p.work, p.now)
     return CycleResult(
         binds=tuple(p.binds),
         evictions=tuple(p.evictions),
         resizes=tuple(resizes),
         reservations=tuple(p.reservations),
-        waiting=tuple(fill_estimates(p.waiting, jobs, p.work, p.now) if explain else p.waiting),
+        waiting=tuple(waiting),
     )
 
 
 _TOTAL_GPUS, _PRIORITY = attrgetter("total_gpus"), attrgetter("priority")
+_GANG, _HELD, _ELASTIC = attrgetter("gang"), attrgetter("held"), attrgetter("elastic")
 _BY_CLASS = (Ordering.FAIR, Ordering.PRIORITY)  # orders that rank by class first
 
 
@@ -200,42 +214,108 @@ def _upcoming(ordered: list[Job], position: int, ahead: int) -> tuple[Gang, ...]
 class _Tail:
     """What the jobs from each queue position to the end need at least, so that a pass
     nobody reads the reasons of can stop once none of them can start: the fewest GPUs any of
-    them wants, the most important class among them, and whether any is elastic or has GPUs
-    held for its restart (those take paths of their own).
+    them wants, the most important class and standing among them, and whether any is
+    elastic or has GPUs held for its restart (those take paths of their own).
 
-    The suffixes are built (once, vectorized) only when a job too big for the free GPUs is
-    reached: while the job at a position can start by size or takes a path of its own, no
-    job from there on is ruled out, and most passes end before the suffixes are ever needed.
+    The suffixes are built (once, vectorized, from the first position that needs them on)
+    only when a job too big for the free GPUs is reached: while the job at a position can
+    start by size or takes a path of its own, no job from there on is ruled out, and most
+    passes end before the suffixes are ever needed. Under strict order a job of whole GPUs
+    needs none: when it cannot start, it holds back every job behind it.
     """
 
-    def __init__(self, ordered: list[Job], policy: Policy) -> None:
-        self.ordered, self.policy = ordered, policy
-        self._suffixes: tuple[list[int], list[int], list[bool]] | None = None
+    def __init__(self, ordered: list[Job], policy: Policy, now: float) -> None:
+        self.ordered, self.policy, self.now = ordered, policy, now
+        self._base = 0  # the position the suffixes start at
+        self._suffixes: tuple[list[int], list[int], list[bool], list[int]] | None = None
 
     def none_can_start(self, p: _Pass, i: int) -> bool:
         """Whether no job from position ``i`` on can start in this pass: strict order is
-        blocked, or each of them ``_cannot_start``."""
+        blocked, or none of them can start by size, reserve, take a path of its own or bump
+        a running job (``_bumps_none_of``)."""
         if p.head_blocked is not None:
             return True
         job = self.ordered[i]
         if job.gpus <= _open_gpus(p) or _own_path(self.policy, job):
             return False  # this one may start, so the rest are not ruled out
-        min_gpus, min_class, own_path = self._suffix()
-        return _cannot_start(p, min_gpus[i], min_class[i], own_path[i], True)
+        if self.policy.strict_order and not job.gang.shared:  # it waits, and all behind it
+            return _cannot_start(p, job.gpus, job.priority, False, True)
+        min_gpus, min_class, own_path, min_mark = self._suffix(i)
+        k = i - self._base
+        if own_path[k] or min_gpus[k] <= _open_gpus(p) or _may_reserve(p):
+            return False
+        return not p.policy.preemption or _bumps_none_of(p, min_class[k], self._mark(min_mark[k]))
 
-    def _suffix(self) -> tuple[list[int], list[int], list[bool]]:
+    def _mark(self, code: int) -> tuple[int, ...]:
+        """The standing a ``_standing_code`` stands for."""
+        if self.policy.ordering != Ordering.LAS:
+            return (code,)
+        return divmod(code, len(self.policy.las_thresholds) + 1)
+
+    def _suffix(self, i: int) -> tuple[list[int], list[int], list[bool], list[int]]:
         if self._suffixes is None:
-            jobs, n = self.ordered, len(self.ordered)
-            gangs = [j.gang for j in jobs]
+            self._base = i
+            jobs = self.ordered[i:]
+            n = len(jobs)
+            gangs = list(map(_GANG, jobs))
             gpus = np.fromiter(map(_TOTAL_GPUS, gangs), np.int64, n)[::-1]
             klass = np.fromiter(map(_PRIORITY, gangs), np.int64, n)[::-1]
-            own = np.fromiter((_own_path(self.policy, j) for j in jobs), np.bool_, n)[::-1]
+            own = _own_paths(jobs, self.policy)[::-1]
+            marks = _standing_codes(jobs, self.policy, self.now, klass[::-1])[::-1]
             self._suffixes = (
                 np.minimum.accumulate(gpus)[::-1].tolist(),
                 np.minimum.accumulate(klass)[::-1].tolist(),
                 np.logical_or.accumulate(own)[::-1].tolist(),
+                np.minimum.accumulate(marks)[::-1].tolist(),
             )
         return self._suffixes
+
+
+def _own_paths(jobs: list[Job], policy: Policy) -> np.ndarray:
+    """``_own_path`` of each of ``jobs``, as booleans (no job is looked at one by one when
+    none has a hold and none is elastic or the policy uses no elasticity)."""
+    n = len(jobs)
+    no_holds = list(map(_HELD, jobs)).count(None) == n
+    if no_holds and (not policy.elastic or list(map(_ELASTIC, jobs)).count(None) == n):
+        return np.zeros(n, dtype=np.bool_)
+    return np.fromiter((_own_path(policy, j) for j in jobs), np.bool_, n)
+
+
+def _standing_codes(jobs: list[Job], policy: Policy, now: float, klass: IntArray) -> IntArray:
+    """Each waiting job's standing (``_standing``) as one integer ordered as the standings
+    are: its class under any order but LAS, else class times the number of LAS queues plus
+    its queue (``_Tail._mark`` turns a code back)."""
+    if policy.ordering != Ordering.LAS:
+        return klass
+    queues = np.fromiter((las_queue(j, policy, now) for j in jobs), np.int64, len(jobs))
+    return klass * (len(policy.las_thresholds) + 1) + queues
+
+
+def _bumps_none_of(p: _Pass, priority: int, mark: tuple[int, ...]) -> bool:
+    """Whether no waiting job of class ``priority`` and standing ``mark`` or less important
+    ones can bump anybody in this pass: ``_bumps_nobody``, or the pass's preemption attempts
+    are used up, or no running job borrows or stands lower than ``mark`` (``_preempt``
+    returns before a search for each of them), or the churn budget is spent and every
+    victim would free a GPU (each search finds nothing)."""
+    if _bumps_nobody(p, priority) or p.preempt_attempts <= 0 or _churn_spent(p):
+        return True
+    alive = _alive(p, _running_standing(p))
+    return not alive.borrowing and not alive.any_below(mark)
+
+
+def _churn_spent(p: _Pass) -> bool:
+    """Whether the churn budget is spent (``churn_note``) and every grant of every running
+    job holds a GPU, so that no victim search of the pass finds any (``find_victims``).
+    The budget is counted again only when the pass preempted since (a pass only ever adds
+    to ``recent``)."""
+    if p.churn is None or p.churn[0] != len(p.recent):
+        churn = churn_note(p.work, p.rules, p.recent, p.now)
+        p.churn = (len(p.recent), churn.used >= churn.limit)
+    if not p.churn[1]:
+        return False
+    if p.gpus_only is None:
+        p.gpus_only = all(g.gpus for r in p.running.values() for g in r.allocation.grants)
+    return p.gpus_only
 
 
 def schedule_arrival(
@@ -249,7 +329,7 @@ def schedule_arrival(
     reservation of the last full pass, else leave it waiting with its reason (and, with
     ``explain``, a start estimate; without, as in ``run_cycle``, neither). Jobs already
     pending keep their places; the next full pass re-orders everything."""
-    p = _new_pass(snap, policy, {q: dict(pools) for q, pools in snap.held.items()})
+    p = _new_pass(snap, policy, snap.own_holdings())
     p.reservations = list(reservations)
     p.estimates_left = 1 if explain else 0
     p.explain = explain
@@ -280,6 +360,7 @@ def _new_pass(snap: Snapshot, policy: Policy, holdings: dict[str, dict[str, int]
     p.recent = list(snap.recent_preemptions)
     p.routing = snap.routing
     p.preempt_attempts = policy.preempt_attempts
+    p.rules = _rules(policy)
     p.max_class = max((r.job.priority for r in snap.running), default=None)
     p.borrowing = any(r.borrowed for r in snap.running)
     return p
@@ -671,9 +752,11 @@ def _preempt(
     work they lose is less than the job's GPU time spent waiting. Returns (started, reasons).
 
     ``seeker``: a job of shares looks for victims as this job of whole GPUs (its size, its
-    class, its standing), then takes its shares on what they free (``_shares_after``)."""
+    class, its standing), then takes its shares on what they free (``_shares_after``). In
+    a pass nobody reads the reasons of, a spent churn budget (``_churn_spent``) answers at
+    once: no search could find victims, and none of the pass's later ones either."""
     finder = seeker or job
-    if _bumps_nobody(p, finder.priority):
+    if _bumps_nobody(p, finder.priority) or (not p.explain and _churn_spent(p)):
         return False, ()
     standing = _standing(p, finder)
     alive = _alive(p, standing)
@@ -688,7 +771,7 @@ def _preempt(
             p.work,
             finder,
             alive.jobs,
-            _rules(p.policy),
+            p.rules,
             p.now,
             p.recent,
             reclaim,
@@ -782,14 +865,23 @@ def _wait(p: _Pass, job: Job) -> float | None:
 def _standing(p: _Pass, job: Job) -> dict[str, tuple[int, ...]] | None:
     """Under Tiresias (LAS ordering) a job stands at (class, attained-service queue), so a job
     in a lower queue may preempt one of its class in a higher queue; otherwise None (class)."""
+    standing = _running_standing(p)
+    if standing is not None:
+        standing[job.id] = (job.priority, las_queue(job, p.policy, p.now))
+    return standing
+
+
+def _running_standing(p: _Pass) -> dict[str, tuple[int, ...]] | None:
+    """Under Tiresias, the pass's standings (``_standing``), made with the running jobs'
+    at its first use; otherwise None."""
     if p.policy.ordering != Ordering.LAS:
         return None
     if p.standing is None:  # the running jobs' standings, once per pass
+        policy, now = p.policy, p.now
         p.standing = {
-            r.job.id: (r.job.priority, las_queue(r.job, p.policy, p.now, r.start_time))
+            r.job.id: (r.job.priority, las_queue(r.job, policy, now, r.start_time))
             for r in p.running.values()
         }
-    p.standing[job.id] = (job.priority, las_queue(job, p.policy, p.now))
     return p.standing
 
 

@@ -27,13 +27,13 @@ from typing import Protocol
 import numpy as np
 
 from boltforge.core.billing.meter import pool_dollars
-from boltforge.core.cycle import Snapshot, run_cycle, schedule_arrival
+from boltforge.core.cycle import Snapshot, gpus_by_pool, run_cycle, schedule_arrival
 from boltforge.core.decisions import CycleResult, Evict, Reserve, Resize
 from boltforge.core.model.state import Allocation, FleetState, Grant
 from boltforge.core.model.topology import TopologyTree
 from boltforge.core.model.workload import Job, Running, Usage
 from boltforge.core.placement.answers import Placement
-from boltforge.core.placement.fragmentation import measure
+from boltforge.core.placement.fragmentation import index_over
 from boltforge.core.placement.modes import fits_empty
 from boltforge.core.placement.place import place_gang
 from boltforge.core.placement.routing import RoutingFacts
@@ -174,6 +174,8 @@ class Simulation:
         self.usage = Usage()
         self.quota = team_tree(trace) if config.team_queues else None
         self.ended: list[Holding] = []  # segments ended since usage.as_of (fair order only)
+        self.held: dict[str, dict[str, int]] = {}  # the running jobs' ``holdings_of`` (``_hold``)
+        self.held_runs: dict[str, int] = {}  # running jobs per queue in ``held``
         self.runtimes = RuntimeHistory()  # what finished jobs took, for jobs with no limit
         self.learning = not config.time_limits and config.learned_runtimes
         self.ideal: dict[object, Placement | None] = {}
@@ -182,6 +184,7 @@ class Simulation:
         self.arrivals_left = 0
         self.repairs_left = 0
         self.prices = {pool.name: pool.price_per_gpu_hour for pool in tree.pools}
+        self.every_host = np.ones(len(tree.host_gpus), dtype=np.bool_)
         self.now = 0.0
         self.done = 0
         self.productive_rate = 0.0
@@ -378,6 +381,7 @@ class Simulation:
             recent_preemptions=tuple(self.recent),
             routing=self._routing() if self.config.cost_routing else None,
             promised=promised,
+            known_held=self.held,
         )
 
     def _routing(self) -> RoutingFacts:
@@ -453,6 +457,7 @@ class Simulation:
         self.records[key].slowdown = factor
         self.seq += 1
         self.live[key] = _Live(run, segment, self.seq)
+        self._hold(run, 1)
         self.productive_rate += gpus / factor
         heapq.heappush(
             self.events,
@@ -550,8 +555,27 @@ class Simulation:
     def _stop(self, key: str) -> _Live:
         live = self.live.pop(key)
         self.state.release(key)
+        self._hold(live.run, -1)
         self.productive_rate -= live.segment.gpus / live.segment.slowdown
         return live
+
+    def _hold(self, run: Running, sign: int) -> None:
+        """Count ``run``'s GPUs per pool into (``sign`` 1) or out of (-1) its queue's in
+        ``held``, which stays equal to ``holdings_of`` the running jobs: a queue has an
+        entry while it runs a job, a pool while the queue holds GPUs there."""
+        queue = run.job.queue
+        pools = self.held.setdefault(queue, {})
+        for pool, gpus in gpus_by_pool(self.tree, run.allocation.grants).items():
+            left = pools.get(pool, 0) + sign * gpus
+            if left:
+                pools[pool] = left
+            else:
+                del pools[pool]
+        runs = self.held_runs.get(queue, 0) + sign
+        if runs:
+            self.held_runs[queue] = runs
+        else:
+            del self.held_runs[queue], self.held[queue]
 
     def _charge(self, key: str, live: _Live, held: float, useful: float, lost: float) -> None:
         record = self.records[key]
@@ -667,7 +691,7 @@ class Simulation:
                 allocated,
                 self.productive_rate,
                 len(self.pending),
-                measure(self.state).index,
+                index_over(self.state, self.every_host),  # ``measure(...).index``
             )
         )
 

@@ -54,6 +54,7 @@ __all__ = [
     "PreemptRules",
     "Screens",
     "Victims",
+    "churn_note",
     "find_victims",
     "preemption_worth_it",
     "release_victims",
@@ -110,7 +111,10 @@ def find_victims(
     ``over_quota`` names jobs running over their queue's quota (preferred next); ``standing``
     ranks jobs finer than their class (see ``victims``). When the job
     already fits, the answer is ``Victims`` with nothing to preempt. ``explain=False`` leaves
-    ``NoVictims.reasons`` empty. ``screens`` keeps what the search makes of the running jobs
+    ``NoVictims.reasons`` empty, and once the churn budget is spent and every running job
+    holds GPUs on each of its grants (any victim would free a GPU), answers ``NoVictims``
+    without a search, as it does when the gang lacks more GPUs than the budget has left
+    (``_lacking``). ``screens`` keeps what the search makes of the running jobs
     for later searches (see ``Screens`` for when it may be passed again). Nothing else passed
     in is changed; equal inputs give equal answers.
     """
@@ -118,17 +122,31 @@ def find_victims(
     if placement is not None:
         return _victims(job, None, placement, Search(), now)
     screens = screens if screens is not None else Screens()
+    churn = churn_note(state, rules, recent, now)
+    if not explain and churn.used >= churn.limit and screens.all_hold_gpus(running):
+        return NoVictims(())  # every action would free a GPU, and none is left to free
+    need = Need.of(state, job.gang)
+    if not explain and _lacking(need) > churn.limit - churn.used:
+        return NoVictims(())  # every domain lacks more GPUs than the budget has left
     screening, table = screens.of(
         state, job, running, rules, now, reclaim_from, over_quota, standing
     )
-    used = sum(gpus for t, gpus in recent if now - t < rules.churn_window_s)
-    limit = math.floor(rules.churn_fraction * state.tree.total_gpus + EPS)
-    search = _search(state, job, table, ChurnNote(used, limit, rules.churn_window_s))
+    search = _search(state, need, job, table, churn)
     if search.best is None:
         if not explain:
             return NoVictims(())
         return NoVictims(no_victims_reasons(state, job, screening, search, rules))
     return _victims(job, search.best, search.best.placement, search, now)
+
+
+def churn_note(
+    state: FleetState, rules: PreemptRules, recent: Sequence[tuple[float, int]], now: float
+) -> ChurnNote:
+    """The churn budget at ``now``: GPUs preempted within the window (``recent``, as in
+    ``find_victims``) against the most ``rules`` allow on ``state``'s fleet."""
+    used = sum(gpus for t, gpus in recent if now - t < rules.churn_window_s)
+    limit = math.floor(rules.churn_fraction * state.tree.total_gpus + EPS)
+    return ChurnNote(used, limit, rules.churn_window_s)
 
 
 def release_victims(state: FleetState, victims: Victims) -> FleetState:
@@ -173,10 +191,18 @@ class Screens:
     state: jobs started in between change nothing here, an eviction or a shrink calls for a
     new one."""
 
-    __slots__ = ("_made",)
+    __slots__ = ("_gpus_only", "_made")
 
     def __init__(self) -> None:
         self._made: dict[tuple[object, ...], tuple[Screening, _Table]] = {}
+        self._gpus_only: bool | None = None
+
+    def all_hold_gpus(self, running: list[Running]) -> bool:
+        """Whether every grant of every job in ``running`` holds a GPU, so that evicting
+        or shrinking any of them frees at least one (found at the first call)."""
+        if self._gpus_only is None:
+            self._gpus_only = all(g.gpus for r in running for g in r.allocation.grants)
+        return self._gpus_only
 
     def of(
         self,
@@ -200,9 +226,14 @@ class Screens:
         return made
 
 
-def _search(state: FleetState, job: Job, table: _Table, churn: ChurnNote) -> Search:
+def _lacking(need: Need) -> int:
+    """GPUs the gang lacks even with every free GPU of its usable hosts: no domain lacks
+    fewer (``_bounded_domains``' deficits), so every option preempts at least this many."""
+    return need.gpus - int(need.free[need.usable].sum())
+
+
+def _search(state: FleetState, need: Need, job: Job, table: _Table, churn: ChurnNote) -> Search:
     """Evaluate domain options best bound first; stop when no bound can beat the best."""
-    need = Need.of(state, job.gang)
     search = Search(churn=churn)
     budget = churn.limit - churn.used
     for domain, bound, deficit in _bounded_domains(state, job, need, table, search):

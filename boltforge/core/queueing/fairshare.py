@@ -39,7 +39,7 @@ import numpy as np
 
 from boltforge.core.model.workload import Job, Running, Usage
 from boltforge.core.queueing.quota import Holdings, QuotaTree, held_by, lineage
-from boltforge.core.queueing.shortest import SizeRule, aged_work, fair_weight
+from boltforge.core.queueing.shortest import SizeRule, aged_works, fair_weight
 
 DEFAULT_HALF_LIFE_S = 7 * 86400.0
 URGENT_SLACK_S = 3600.0
@@ -168,35 +168,38 @@ def order(
         factor = fair_share_factor(tree, usage, q, capacity[0], half_life_s)
         middles[q] = -factor if size is None else fair_weight(factor, size)
         held[q] = float(sum(held_by(holdings, q).values()))
-    if size is None:
-        rows = [_row(j, held[j.queue], middles[j.queue], now) for j in pending]
-    else:
-        rows = [
-            _row(j, held[j.queue], aged_work(j, now, size) * middles[j.queue], now) for j in pending
-        ]
-    table = np.array(rows, dtype=np.float64)
-    priority, submit, queue_gpus, cpus, memory, middle, spare = table.T
+    middle = np.fromiter((middles[j.queue] for j in pending), np.float64, len(pending))
+    if size is not None:  # each job's aged work times its queue's weight
+        middle = np.fromiter(aged_works(pending, now, size), np.float64, len(pending)) * middle
+    priority, submit, queue_gpus, cpus, memory, spare = _columns(pending, held, now)
     dominant = dominant_shares(np.stack([queue_gpus, cpus, memory], axis=1), capacity)
     urgent = spare < URGENT_SLACK_S  # NaN (no deadline) is never urgent
     keys = (submit, dominant, middle, np.where(urgent, spare, 0.0), ~urgent, priority)
     return [pending[i] for i in np.lexsort(keys).tolist()]
 
 
-def _row(job: Job, queue_gpus: float, middle: float, now: float) -> tuple[float, ...]:
-    """One job's numbers for ``order``: class, submit, queue GPUs, CPUs, memory, ``middle``
-    (its queue's factor negated, or its size rank: ``shortest.rank``) and slack (NaN
-    without a deadline)."""
-    gang = job.gang
-    spare = slack(job, now) if job.deadline is not None else None
-    return (
-        gang.priority,
-        job.submit_time,
-        queue_gpus,
-        gang.total_cpus,
-        gang.total_memory_gb,
-        middle,
-        math.nan if spare is None else spare,
-    )
+_CLASS, _SUBMIT = attrgetter("priority"), attrgetter("submit_time")
+_CPUS, _MEMORY = attrgetter("total_cpus"), attrgetter("total_memory_gb")
+
+
+def _columns(jobs: list[Job], held: dict[str, float], now: float) -> list[np.ndarray]:
+    """The numbers ``order`` ranks ``jobs`` by, one array each: class, submit, queue GPUs
+    (``held`` by queue), CPUs, memory and slack (NaN without a deadline)."""
+    n = len(jobs)
+    gangs = [j.gang for j in jobs]
+    return [
+        np.fromiter(map(_CLASS, gangs), np.float64, n),
+        np.fromiter(map(_SUBMIT, jobs), np.float64, n),
+        np.fromiter((held[j.queue] for j in jobs), np.float64, n),
+        np.fromiter(map(_CPUS, gangs), np.float64, n),
+        np.fromiter(map(_MEMORY, gangs), np.float64, n),
+        np.fromiter((_slack_or_nan(j, now) for j in jobs), np.float64, n),
+    ]
+
+
+def _slack_or_nan(job: Job, now: float) -> float:
+    spare = slack(job, now)
+    return math.nan if spare is None else spare
 
 
 def dominant_shares(demand: np.ndarray, capacity: Resources) -> np.ndarray:

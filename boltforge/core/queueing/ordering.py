@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import attrgetter
 
 from boltforge.core.model.workload import Job
 from boltforge.core.policy import Ordering, Policy
@@ -19,12 +20,16 @@ def order_jobs(jobs: list[Job], policy: Policy, now: float, fair: FairOrder | No
     fair share with DRF, from ``fairshare.order``), or PRIORITY when none is given.
     """
     if policy.ordering == Ordering.FIFO:
-        return sorted(jobs, key=lambda j: (j.submit_time, j.id))
+        return sorted(jobs, key=_ARRIVAL)
     if policy.ordering == Ordering.LAS:
         return sorted(jobs, key=lambda j: (las_queue(j, policy, now), j.submit_time, j.id))
     if policy.ordering == Ordering.FAIR and fair is not None:
         return fair(jobs)
-    return sorted(jobs, key=lambda j: (j.priority, j.submit_time, j.id))
+    return sorted(jobs, key=_CLASS_ARRIVAL)
+
+
+_ARRIVAL = attrgetter("submit_time", "id")
+_CLASS_ARRIVAL = attrgetter("gang.priority", "submit_time", "id")  # ``Job.priority`` first
 
 
 def las_queue(job: Job, policy: Policy, now: float, started: float | None = None) -> int:
@@ -36,4 +41,4 @@ def las_queue(job: Job, policy: Policy, now: float, started: float | None = None
         attained += job.gpus * max(now - started, 0.0)
     elif now - job.submit_time >= policy.starvation_s:
         return 0
-    return sum(1 for t in policy.las_thresholds if attained >= t)
+    return len([t for t in policy.las_thresholds if attained >= t])
