@@ -3,6 +3,8 @@ promised starts keep their place; the greedy baseline starts whatever fits in ar
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -12,7 +14,14 @@ from boltforge.core.model.gang import Gang
 from boltforge.core.model.state import Allocation, FleetState, Grant
 from boltforge.core.model.workload import Hold, Job, Running
 from boltforge.core.policy import POLICIES, SHORTEST_AGED
-from boltforge.core.queueing.shortest import UNKNOWN_RUNTIME_S, SizeRule, rank, work_left
+from boltforge.core.queueing.shortest import (
+    UNKNOWN_RUNTIME_S,
+    SizeRule,
+    aged_work,
+    aged_works,
+    rank,
+    work_left,
+)
 from boltforge.testing.builders import make_fleet, make_gang
 
 HOUR = 3600.0
@@ -101,6 +110,29 @@ def test_rank_never_grows_with_waiting_and_never_shrinks_with_work(
     assert rank(j, factor, waited + more, SHORTEST_AGED) <= rank(j, factor, waited, SHORTEST_AGED)
     bigger = job("b", gpus, hours=hours * 2)
     assert rank(bigger, factor, waited, SHORTEST_AGED) >= rank(j, factor, waited, SHORTEST_AGED)
+
+
+queue = st.lists(
+    st.tuples(
+        st.integers(1, 64),
+        st.one_of(st.none(), st.floats(0.01, 1000.0)),  # time limit, hours
+        st.one_of(st.none(), st.floats(1.0, 1e6)),  # learned estimate, seconds
+        st.floats(0.0, 1e7),  # submitted
+        st.floats(0.0, 1e8),  # attained GPU-seconds
+    ),
+    max_size=20,
+)
+
+
+@given(queue, st.floats(0.0, 2e7))
+def test_a_whole_queues_aged_work_is_each_jobs_bit_for_bit(
+    jobs: list[tuple[int, float | None, float | None, float, float]], now: float
+) -> None:
+    made = [
+        replace(job(f"j{i}", g, hours=h, submit=t, attained=a), estimate=e)
+        for i, (g, h, e, t, a) in enumerate(jobs)
+    ]
+    assert aged_works(made, now, RULE) == [aged_work(j, now, RULE) for j in made]
 
 
 # --- the cycle --------------------------------------------------------------------------------
