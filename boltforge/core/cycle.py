@@ -67,6 +67,7 @@ from boltforge.core.preempt.choose import (
     find_victims,
     preemption_worth_it,
     release_victims,
+    spent_for_all,
 )
 from boltforge.core.preempt.text import span
 from boltforge.core.preempt.victims import PreemptRules, standing_of
@@ -153,8 +154,7 @@ class _Pass:
     alive: _Alive | None = None  # the running jobs as victim searches see them (``_alive``)
     fences: _Fences | None = None  # the reservations' hosts, for ``_blocked_hosts``
     rules: PreemptRules = field(default_factory=PreemptRules)  # ``_rules`` of the policy
-    churn: tuple[int, bool] | None = None  # budget spent, as of that many ``recent``
-    gpus_only: bool | None = None  # every running job's grants hold GPUs (``_churn_spent``)
+    churn: tuple[int, bool] | None = None  # ``_churn_spent``, as of that many ``recent``
 
 
 def run_cycle(
@@ -310,12 +310,8 @@ def _churn_spent(p: _Pass) -> bool:
     to ``recent``)."""
     if p.churn is None or p.churn[0] != len(p.recent):
         churn = churn_note(p.work, p.rules, p.recent, p.now)
-        p.churn = (len(p.recent), churn.used >= churn.limit)
-    if not p.churn[1]:
-        return False
-    if p.gpus_only is None:
-        p.gpus_only = all(g.gpus for r in p.running.values() for g in r.allocation.grants)
-    return p.gpus_only
+        p.churn = (len(p.recent), spent_for_all(churn, p.running.values()))
+    return p.churn[1]
 
 
 def schedule_arrival(

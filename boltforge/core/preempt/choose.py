@@ -16,7 +16,7 @@ domain's bound can beat the best option. The churn budget caps the GPUs preempte
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -58,6 +58,7 @@ __all__ = [
     "find_victims",
     "preemption_worth_it",
     "release_victims",
+    "spent_for_all",
 ]
 
 EPS = 1e-6
@@ -123,7 +124,7 @@ def find_victims(
         return _victims(job, None, placement, Search(), now)
     screens = screens if screens is not None else Screens()
     churn = churn_note(state, rules, recent, now)
-    if not explain and churn.used >= churn.limit and screens.all_hold_gpus(running):
+    if not explain and spent_for_all(churn, running):
         return NoVictims(())  # every action would free a GPU, and none is left to free
     need = Need.of(state, job.gang)
     if not explain and _lacking(need) > churn.limit - churn.used:
@@ -147,6 +148,15 @@ def churn_note(
     used = sum(gpus for t, gpus in recent if now - t < rules.churn_window_s)
     limit = math.floor(rules.churn_fraction * state.tree.total_gpus + EPS)
     return ChurnNote(used, limit, rules.churn_window_s)
+
+
+def spent_for_all(churn: ChurnNote, running: Iterable[Running]) -> bool:
+    """Whether the churn budget is spent and every grant of every job in ``running`` holds a
+    GPU: evicting or shrinking any of them would free a GPU the budget no longer allows, so
+    no victim search can find any."""
+    if churn.used < churn.limit:
+        return False
+    return all(g.gpus for r in running for g in r.allocation.grants)
 
 
 def release_victims(state: FleetState, victims: Victims) -> FleetState:
@@ -191,18 +201,10 @@ class Screens:
     state: jobs started in between change nothing here, an eviction or a shrink calls for a
     new one."""
 
-    __slots__ = ("_gpus_only", "_made")
+    __slots__ = ("_made",)
 
     def __init__(self) -> None:
         self._made: dict[tuple[object, ...], tuple[Screening, _Table]] = {}
-        self._gpus_only: bool | None = None
-
-    def all_hold_gpus(self, running: list[Running]) -> bool:
-        """Whether every grant of every job in ``running`` holds a GPU, so that evicting
-        or shrinking any of them frees at least one (found at the first call)."""
-        if self._gpus_only is None:
-            self._gpus_only = all(g.gpus for r in running for g in r.allocation.grants)
-        return self._gpus_only
 
     def of(
         self,

@@ -54,23 +54,13 @@ def rank(job: Job, factor: float, now: float, rule: SizeRule) -> float:
 
 def aged_work(job: Job, now: float, rule: SizeRule) -> float:
     """``job``'s work left, halved per ``aging_s`` waited since submission by ``now``."""
-    waited = max(now - job.submit_time, 0.0)
-    aged: float = work_left(job) * 2.0 ** (-waited / rule.aging_s)
-    return aged
+    return aged_works([job], now, rule)[0]
 
 
 def aged_works(jobs: list[Job], now: float, rule: SizeRule) -> list[float]:
-    """``aged_work`` of each of ``jobs`` in turn, by the same arithmetic (bit for bit), for
-    a whole queue at once."""
-    aging, unknown = rule.aging_s, UNKNOWN_RUNTIME_S
-    out = []
-    for job in jobs:
-        runtime = job.estimate if job.estimate is not None else job.time_limit
-        runtime = unknown if runtime is None else runtime
-        gpus = job.gang.total_gpus
-        left = max(gpus * runtime - job.attained_gpu_seconds, float(gpus))
-        out.append(left * 2.0 ** (-max(now - job.submit_time, 0.0) / aging))
-    return out
+    """``aged_work`` of each of ``jobs`` in turn, for a whole queue at once."""
+    aging = rule.aging_s
+    return [work_left(j) * 2.0 ** (-max(now - j.submit_time, 0.0) / aging) for j in jobs]
 
 
 def fair_weight(factor: float, rule: SizeRule) -> float:
