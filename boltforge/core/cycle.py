@@ -113,11 +113,8 @@ class Snapshot:
         return holdings_of(self.state.tree, self.running)
 
     def own_holdings(self) -> dict[str, dict[str, int]]:
-        """``holdings()`` as a fresh dict the caller may change: copied from ``known_held``
-        when the caller keeps that count, else counted."""
-        if self.known_held is None:
-            return self.holdings()
-        return {q: dict(pools) for q, pools in self.known_held.items()}
+        """``held`` as a fresh dict the caller may change."""
+        return {q: dict(pools) for q, pools in self.held.items()}
 
 
 @dataclass
