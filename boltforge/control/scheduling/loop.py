@@ -197,7 +197,7 @@ class Scheduler:
         self._wakeup = asyncio.Event()
         last = float("-inf")
         while not self._stopping:
-            wait = min(self.tick_s, max(self.full_due_in(), GATHER_S))
+            wait = self.idle_wait()
             with contextlib.suppress(TimeoutError):  # not wait_for: it can swallow a cancel
                 async with asyncio.timeout(wait):
                     await self._wakeup.wait()
@@ -218,6 +218,16 @@ class Scheduler:
                 log.exception("scheduling pass failed")
                 self.announce(self._committed)  # what it committed before it failed
                 await asyncio.sleep(self.tick_s)
+
+    def idle_wait(self) -> float:
+        """Seconds the loop sleeps unless woken: until the next tick, or sooner when a full
+        pass is wanted (asked for, or due every ``full_every_s``) and may run then (never
+        sooner than ``GATHER_S``). A loop with nothing to do passes once a tick, not
+        every ``GATHER_S``."""
+        with self._pending_lock:
+            asked = self._other
+        due_in = 0.0 if asked else self.stats.last_full_at + self.full_every_s - self.clock()
+        return min(self.tick_s, max(self.full_due_in(), due_in, GATHER_S))
 
     def full_due_in(self) -> float:
         """Seconds until a full pass may run (0 or less: now; infinite while one is being

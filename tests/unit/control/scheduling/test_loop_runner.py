@@ -161,3 +161,53 @@ def test_a_pass_cut_short_by_a_stop_ends_the_loop_announcing_what_it_committed(
     drive(sched, cut_short)
     assert len(calls) == 1
     assert sched.notifier.count("job:5") == 1
+
+
+def full_pass_ended(sched: Scheduler, ago_s: float) -> None:
+    """As if a quick full pass ended ``ago_s`` seconds ago and nothing was asked since."""
+    sched.stats.last_full_at = sched.clock() - ago_s
+    sched.stats.last_full_end = time.monotonic() - ago_s
+    sched.stats.last_full_ms = 10.0
+    sched._other = False  # as a pass leaves it
+
+
+def test_a_loop_with_nothing_to_do_sleeps_until_the_next_tick(sched: Scheduler) -> None:
+    sched.tick_s, sched.full_every_s = 2.0, 60.0
+    full_pass_ended(sched, 5.0)  # its gap has passed: a full pass may run
+    assert sched.idle_wait() == 2.0
+
+
+def test_a_periodic_full_pass_due_before_the_tick_wakes_the_loop_when_it_is_due(
+    sched: Scheduler,
+) -> None:
+    sched.tick_s, sched.full_every_s = 30.0, 5.0
+    full_pass_ended(sched, 1.0)
+    assert 3.0 < sched.idle_wait() <= 4.0
+
+
+def test_a_full_pass_asked_for_wakes_the_loop_once_its_gap_has_passed(sched: Scheduler) -> None:
+    sched.tick_s, sched.full_every_s = 30.0, 60.0
+    full_pass_ended(sched, 0.0)
+    sched.wake()
+    assert loop.GATHER_S <= sched.idle_wait() <= loop.MIN_FULL_GAP_S
+
+
+def test_an_idle_loop_passes_once_a_tick(sched: Scheduler) -> None:
+    """Not once every ``GATHER_S``: over three ticks of nothing, a handful of passes."""
+    sched.tick_s, sched.full_every_s = 0.1, 3600.0
+    calls: list[bool] = []
+
+    def record(allow_full: bool) -> Touched:
+        calls.append(allow_full)
+        full_pass_ended(sched, 5.0)
+        return Touched()
+
+    async def main() -> None:
+        task = asyncio.create_task(sched.run())
+        await asyncio.sleep(0.3)
+        sched.stop()
+        await asyncio.wait_for(task, LIMIT_S)
+
+    replace_passes(sched, record)
+    asyncio.run(main())
+    assert 1 <= len(calls) <= 5  # every GATHER_S would be about 15
