@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from boltforge.control.jobs.restarts import restart_or_fail
 from boltforge.control.nodes.activity import merge
@@ -105,13 +105,16 @@ class Renewed:
 def heartbeats(s: Session, beats: dict[str, Heartbeat], terms: LeaseTerms, now: float) -> Renewed:
     """``heartbeat`` for many nodes at once (a bridge speaking for a cluster), reading their
     nodes and live replicas in one query each; a node whose session is not current is listed
-    in ``lost`` rather than raising."""
+    in ``lost`` rather than raising. Neither the nodes' inventories nor the live replicas of
+    nodes whose heartbeat lists none running are read: a heartbeat needs neither."""
     names = list(beats)
-    nodes = by_key(s, NodeRow, names)
+    nodes = by_key(s, NodeRow, names, defer(NodeRow.inventory))
     live: dict[str, dict[str, ReplicaRow]] = {n: {} for n in names}
-    query = select(ReplicaRow).where(ReplicaRow.node.in_(names), ReplicaRow.state.in_(LIVE_REPLICA))
-    for rep in s.scalars(query):
-        live[rep.node][rep.id] = rep
+    listing = [n for n in names if beats[n].running]
+    if listing:
+        on = ReplicaRow.node.in_(listing)
+        for rep in s.scalars(select(ReplicaRow).where(on, ReplicaRow.state.in_(LIVE_REPLICA))):
+            live[rep.node][rep.id] = rep
     out = Renewed({}, [], Touched())
     for name in names:
         node, hb = nodes.get(name), beats[name]

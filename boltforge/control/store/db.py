@@ -17,6 +17,7 @@ from sqlalchemy import Engine, create_engine, event, select, text
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker
+from sqlalchemy.orm.interfaces import ORMOption
 from sqlalchemy.orm.util import identity_key
 
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -99,12 +100,13 @@ def _executes(state: ORMExecuteState) -> None:
         state.session.info[WROTE] = True
 
 
-def by_key(s: Session, model: type[M], keys: Iterable[str]) -> dict[str, M]:
+def by_key(s: Session, model: type[M], keys: Iterable[str], *options: ORMOption) -> dict[str, M]:
     """The rows of ``model`` (a table with a one-column primary key) whose keys are
     ``keys``, by key: those the session holds from its identity map (with any change made
     to them in the session), the rest read in one query without flushing first, so what the
     session wrote so far can still be flushed together at commit. Rows added to the session
-    and not yet flushed are not found."""
+    and not yet flushed are not found. ``options`` go to that query (``defer`` a column the
+    caller will not read)."""
     wanted = set(keys)
     out: dict[str, M] = {}
     for key in wanted:
@@ -115,7 +117,7 @@ def by_key(s: Session, model: type[M], keys: Iterable[str]) -> dict[str, M]:
     if rest:
         column = sa_inspect(model).primary_key[0]
         with s.no_autoflush:
-            for row in s.scalars(select(model).where(column.in_(rest))):
+            for row in s.scalars(select(model).where(column.in_(rest)).options(*options)):
                 out[getattr(row, column.key)] = row
     return out
 

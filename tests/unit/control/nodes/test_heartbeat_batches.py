@@ -195,6 +195,25 @@ def test_a_batch_adopts_and_stops_replicas_node_by_node(bench: Bench) -> None:
     assert renewed.lost == [] and renewed.touched.jobs == set()
 
 
+def test_a_batch_leaves_the_replicas_of_nodes_that_list_none_as_they_are(bench: Bench) -> None:
+    job = bench.place("wide", 16)
+    listed, silent = bench.replicas(job)
+    inventory = bench.node(silent.node).inventory
+    beats = {
+        listed.node: {
+            "session": bench.sessions[listed.node],
+            "running": [running(listed, pid=7).model_dump()],
+        },
+        silent.node: {"session": bench.sessions[silent.node]},
+    }
+    renewed = batch(bench, beats)
+    assert sorted(renewed.leases) == sorted([listed.node, silent.node])
+    states = {r.node: (r.state, r.pid) for r in bench.replicas(job)}
+    assert states == {listed.node: ("running", 7), silent.node: ("starting", None)}
+    assert bench.node(silent.node).inventory == inventory  # left unread, and kept
+    bench.mirror_agrees()
+
+
 def test_an_empty_batch_changes_nothing(bench: Bench) -> None:
     renewed = batch(bench, {})
     assert (renewed.leases, renewed.lost) == ({}, [])
