@@ -199,7 +199,7 @@ def test_a_batch_leaves_the_replicas_of_nodes_that_list_none_as_they_are(bench: 
     job = bench.place("wide", 16)
     listed, silent = bench.replicas(job)
     inventory = bench.node(silent.node).inventory
-    beats = {
+    beats: dict[str, dict[str, Any]] = {
         listed.node: {
             "session": bench.sessions[listed.node],
             "running": [running(listed, pid=7).model_dump()],
