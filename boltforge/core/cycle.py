@@ -88,7 +88,9 @@ class Snapshot:
     with ``expected_end`` set where the job's runtime is known. ``quota`` is the queue tree
     (None: no quotas, one flat fair share); ``usage`` the decayed usage per queue.
     ``promised``: the jobs the last full pass reserved a start for; under a policy that ranks
-    by size they keep their place ahead of the rest of their class (``promised_first``)."""
+    by size they keep their place ahead of the rest of their class (``promised_first``).
+    ``in_arrival_order``: ``pending`` is sorted by submit time, then id (the caller keeps it
+    so; the ordering then skips the sort that would put it so); it must be, when set."""
 
     state: FleetState
     pending: tuple[Job, ...]
@@ -100,6 +102,7 @@ class Snapshot:
     routing: RoutingFacts | None = None
     promised: frozenset[str] = frozenset()
     known_held: dict[str, dict[str, int]] | None = field(default=None, repr=False, compare=False)
+    in_arrival_order: bool = False
 
     @cached_property
     def held(self) -> dict[str, dict[str, int]]:
@@ -170,7 +173,8 @@ def run_cycle(
     only the jobs it looked at.
     """
     holdings = snap.own_holdings()
-    ordered = order_jobs(list(snap.pending), policy, snap.now, _fair(snap, holdings, policy))  # 1.
+    fair = _fair(snap, holdings, policy)
+    ordered = order_jobs(list(snap.pending), policy, snap.now, fair, snap.in_arrival_order)  # 1.
     ordered = promised_first(ordered, policy, snap.promised)
     p = _new_pass(snap, policy, holdings)  # 2. snapshot
     p.reservations = list(reservations)
@@ -197,8 +201,9 @@ def run_cycle(
     )
 
 
-_TOTAL_GPUS, _PRIORITY = attrgetter("total_gpus"), attrgetter("priority")
-_GANG, _HELD, _ELASTIC = attrgetter("gang"), attrgetter("held"), attrgetter("elastic")
+_PRIORITY, _HELD, _ELASTIC = attrgetter("priority"), attrgetter("held"), attrgetter("elastic")
+_ID = attrgetter("id")
+_JOB_GPUS, _JOB_CLASS = attrgetter("gang.total_gpus"), attrgetter("gang.priority")
 _BY_CLASS = (Ordering.FAIR, Ordering.PRIORITY)  # orders that rank by class first
 
 
@@ -214,17 +219,20 @@ class _Tail:
     them wants, the most important class and standing among them, and whether any is
     elastic or has GPUs held for its restart (those take paths of their own).
 
-    The suffixes are built (once, vectorized, from the first position that needs them on)
-    only when a job too big for the free GPUs is reached: while the job at a position can
-    start by size or takes a path of its own, no job from there on is ruled out, and most
-    passes end before the suffixes are ever needed. Under strict order a job of whole GPUs
-    needs none: when it cannot start, it holds back every job behind it.
+    The suffixes are built (once each, vectorized, from the first position that needs them
+    on) only when a job too big for the free GPUs is reached and no reservation is left to
+    give: while the job at a position can start by size or takes a path of its own, no job
+    from there on is ruled out, and most passes end before the suffixes are ever needed. The
+    classes and standings are built only under a preempting policy, the one that reads them.
+    Under strict order a job of whole GPUs needs none: when it cannot start, it holds back
+    every job behind it.
     """
 
     def __init__(self, ordered: list[Job], policy: Policy, now: float) -> None:
         self.ordered, self.policy, self.now = ordered, policy, now
-        self._base = 0  # the position the suffixes start at
-        self._suffixes: tuple[list[int], list[int], list[bool], list[int]] | None = None
+        self._base: int | None = None  # the position the suffixes start at
+        self._fits: tuple[np.ndarray, np.ndarray] | None = None  # fewest GPUs, own path
+        self._ranks: tuple[np.ndarray, np.ndarray] | None = None  # class, standing code
 
     def none_can_start(self, p: _Pass, i: int) -> bool:
         """Whether no job from position ``i`` on can start in this pass: strict order is
@@ -237,11 +245,16 @@ class _Tail:
             return False  # this one may start, so the rest are not ruled out
         if self.policy.strict_order and not job.gang.shared:  # it waits, and all behind it
             return _cannot_start(p, job.gpus, job.priority, False, True)
-        min_gpus, min_class, own_path, min_mark = self._suffix(i)
-        k = i - self._base
-        if own_path[k] or min_gpus[k] <= _open_gpus(p) or _may_reserve(p):
+        if _may_reserve(p):
             return False
-        return not p.policy.preemption or _bumps_none_of(p, min_class[k], self._mark(min_mark[k]))
+        k = i - self._start(i)
+        min_gpus, own_path = self._fit_suffixes()
+        if own_path[k] or min_gpus[k] <= _open_gpus(p):
+            return False
+        if not p.policy.preemption:
+            return True
+        min_class, min_mark = self._rank_suffixes()
+        return _bumps_none_of(p, int(min_class[k]), self._mark(int(min_mark[k])))
 
     def _mark(self, code: int) -> tuple[int, ...]:
         """The standing a ``_standing_code`` stands for."""
@@ -249,30 +262,44 @@ class _Tail:
             return (code,)
         return divmod(code, len(self.policy.las_thresholds) + 1)
 
-    def _suffix(self, i: int) -> tuple[list[int], list[int], list[bool], list[int]]:
-        if self._suffixes is None:
+    def _start(self, i: int) -> int:
+        """The position the suffixes start at: ``i`` at the first call."""
+        if self._base is None:
             self._base = i
-            jobs = self.ordered[i:]
-            n = len(jobs)
-            gangs = list(map(_GANG, jobs))
-            gpus = np.fromiter(map(_TOTAL_GPUS, gangs), np.int64, n)[::-1]
-            klass = np.fromiter(map(_PRIORITY, gangs), np.int64, n)[::-1]
+        return self._base
+
+    def _fit_suffixes(self) -> tuple[np.ndarray, np.ndarray]:
+        """From the base on: the fewest GPUs any job from each position wants, and whether
+        any of them takes a path of its own."""
+        if self._fits is None:
+            jobs = self.ordered[self._base :]
+            gpus = np.fromiter(map(_JOB_GPUS, jobs), np.int64, len(jobs))[::-1]
             own = _own_paths(jobs, self.policy)[::-1]
-            marks = _standing_codes(jobs, self.policy, self.now, klass[::-1])[::-1]
-            self._suffixes = (
-                np.minimum.accumulate(gpus)[::-1].tolist(),
-                np.minimum.accumulate(klass)[::-1].tolist(),
-                np.logical_or.accumulate(own)[::-1].tolist(),
-                np.minimum.accumulate(marks)[::-1].tolist(),
+            self._fits = (
+                np.minimum.accumulate(gpus)[::-1],
+                np.logical_or.accumulate(own)[::-1],
             )
-        return self._suffixes
+        return self._fits
+
+    def _rank_suffixes(self) -> tuple[np.ndarray, np.ndarray]:
+        """From the base on: the most important class and standing (``_standing_codes``)
+        of any job from each position."""
+        if self._ranks is None:
+            jobs = self.ordered[self._base :]
+            klass = np.fromiter(map(_JOB_CLASS, jobs), np.int64, len(jobs))
+            marks = _standing_codes(jobs, self.policy, self.now, klass)[::-1]
+            self._ranks = (
+                np.minimum.accumulate(klass[::-1])[::-1],
+                np.minimum.accumulate(marks)[::-1],
+            )
+        return self._ranks
 
 
 def _own_paths(jobs: list[Job], policy: Policy) -> np.ndarray:
     """``_own_path`` of each of ``jobs``, as booleans (no job is looked at one by one when
     none has a hold and none is elastic or the policy uses no elasticity)."""
     n = len(jobs)
-    no_holds = list(map(_HELD, jobs)).count(None) == n
+    no_holds = not any(map(_HELD, jobs))  # a ``Hold`` is always true
     if no_holds and (not policy.elastic or list(map(_ELASTIC, jobs)).count(None) == n):
         return np.zeros(n, dtype=np.bool_)
     return np.fromiter((_own_path(policy, j) for j in jobs), np.bool_, n)
@@ -342,9 +369,15 @@ def promised_first(ordered: list[Job], policy: Policy, promised: frozenset[str])
     promised. Other orders are returned as given (arrival order keeps those jobs ahead)."""
     if policy.size is None:
         return ordered
-    if not promised and all(j.held is None for j in ordered):  # every second key is True
+    no_holds = list(map(_HELD, ordered)).count(None) == len(ordered)
+    if not promised and no_holds:  # every second key is True
         return ordered if policy.ordering in _BY_CLASS else sorted(ordered, key=_PRIORITY)
-    return sorted(ordered, key=lambda j: (j.priority, j.id not in promised and j.held is None))
+    if not no_holds:
+        return sorted(ordered, key=lambda j: (j.priority, j.id not in promised and j.held is None))
+    # the same stable sort by (class, not promised), as one integer key per job
+    keys = np.fromiter(map(_JOB_CLASS, ordered), np.int64, len(ordered)) * 2 + 1
+    keys[[i for i, key in enumerate(map(_ID, ordered)) if key in promised]] -= 1
+    return [ordered[i] for i in np.argsort(keys, kind="stable").tolist()]
 
 
 def _new_pass(snap: Snapshot, policy: Policy, holdings: dict[str, dict[str, int]]) -> _Pass:
@@ -370,7 +403,15 @@ def _fair(snap: Snapshot, holdings: dict[str, dict[str, int]], policy: Policy) -
         float(fleet.host_memory.sum()),
     )
     return lambda jobs: fair_order(
-        jobs, tree, snap.usage, capacity, snap.now, holdings, policy.half_life_s, policy.size
+        jobs,
+        tree,
+        snap.usage,
+        capacity,
+        snap.now,
+        holdings,
+        policy.half_life_s,
+        policy.size,
+        snap.in_arrival_order,
     )
 
 

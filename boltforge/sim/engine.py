@@ -51,6 +51,7 @@ from boltforge.sim.execution import (
     warmup_gpu_s,
 )
 from boltforge.sim.jobs import to_job
+from boltforge.sim.pending import PendingJobs
 from boltforge.sim.records import JobRecord, Sample, SimResult, TraceJob
 from boltforge.sim.spot import Reclaim, ReclaimClock
 
@@ -166,7 +167,7 @@ class Simulation:
             for t in trace
         }
         self.remaining = {t.id: t.duration_s for t in trace}
-        self.pending: dict[str, Job] = {}
+        self.pending = PendingJobs()
         self.live: dict[str, _Live] = {}
         self.last_preempted: dict[str, float] = {}
         self.reservations: tuple[Reserve, ...] = ()
@@ -306,7 +307,7 @@ class Simulation:
         ``KeyError`` when ``key`` is neither pending nor running (say, submitted in this very
         instant and not yet arrived)."""
         if key in self.pending:
-            del self.pending[key]
+            self.pending.pop(key)
             self.reservations = tuple(r for r in self.reservations if r.job != key)
             return
         if key not in self.live:
@@ -323,7 +324,7 @@ class Simulation:
         for key in arrived:
             job = self._expecting(self.jobs[key])
             if fits_empty(self.tree, job.gang):
-                self.pending[key] = job
+                self.pending.put(job)
             else:
                 self._drop()
 
@@ -350,9 +351,9 @@ class Simulation:
     def _full_pass(self) -> None:
         self._refresh_usage()
         if self.learning:
-            self.pending = {key: self._expecting(job) for key, job in self.pending.items()}
+            self.pending.update(self._expecting)
         promised = frozenset(r.job for r in self.reservations)
-        snap = self._snapshot(tuple(self.pending.values()), promised)
+        snap = self._snapshot(self.pending.in_arrival_order(), promised, in_arrival_order=True)
         result = run_cycle(snap, self.policy, explain=False)
         self.reservations = result.reservations
         self._apply(result)
@@ -366,7 +367,10 @@ class Simulation:
         return job if learned == job.estimate else replace(job, estimate=learned)
 
     def _snapshot(
-        self, pending: tuple[Job, ...], promised: frozenset[str] = frozenset()
+        self,
+        pending: tuple[Job, ...],
+        promised: frozenset[str] = frozenset(),
+        in_arrival_order: bool = False,
     ) -> Snapshot:
         window = self.policy.preempt_rules.churn_window_s
         self.recent = [(t, g) for t, g in self.recent if self.now - t < window]
@@ -382,6 +386,7 @@ class Simulation:
             routing=self._routing() if self.config.cost_routing else None,
             promised=promised,
             known_held=self.held,
+            in_arrival_order=in_arrival_order,
         )
 
     def _routing(self) -> RoutingFacts:
@@ -514,7 +519,7 @@ class Simulation:
             record.reclaims += 1
             record.reclaim_lost_gpu_s += out.lost_gpu_s - warmup_gpu_s(seg, self.now)
         attained = job.attained_gpu_seconds + out.allocated_gpu_s
-        self.pending[key] = replace(job, attained_gpu_seconds=attained)
+        self.pending.put(replace(job, attained_gpu_seconds=attained))
 
     def _evict(self, ev: Evict) -> None:
         """An eviction: a shrink (``ev.keep``) resizes the job in place onto the grants it

@@ -98,17 +98,13 @@ def _earliest(state: FleetState, gang: Gang, ends: _Ending) -> tuple[int, Placem
     first = max(first, _replica_bound(state, gang, ends))
     if first >= len(ending):
         return None
-    below = state.copy()  # ending[: done + 1] released; the gang does not fit there
-    done, step = first - 1, 1
-    below.release_many([a.job for a in ending[:first]])
+    done, step = first - 1, 1  # the gang does not fit once ending[: done + 1] are released
     while done + 1 < len(ending):
         k = min(done + step, len(ending) - 1)
-        trial = below.copy()
-        trial.release_many([a.job for a in ending[done + 1 : k + 1]])
-        placement, _ = place_gang(trial, gang)
+        placement, _ = place_gang(ends.released_to(state, k), gang)
         if placement is not None:
-            return _bisect(below, gang, ending, done, (k, placement))
-        below, done, step = trial, k, step * 2
+            return _bisect(state, gang, ends, done, (k, placement))
+        done, step = k, step * 2
     return None
 
 
@@ -160,22 +156,20 @@ def _slots_reached(
 
 
 def _bisect(
-    below: FleetState,
+    state: FleetState,
     gang: Gang,
-    ending: list[Allocation],
+    ends: _Ending,
     done: int,
     found: tuple[int, Placement],
 ) -> tuple[int, Placement]:
     """Narrow ``found`` (the gang fits at its ``k``, not at ``done``) to the smallest ``k``."""
     while found[0] - done > 1:
         mid = (done + found[0]) // 2
-        trial = below.copy()
-        trial.release_many([a.job for a in ending[done + 1 : mid + 1]])
-        placement, _ = place_gang(trial, gang)
+        placement, _ = place_gang(ends.released_to(state, mid), gang)
         if placement is not None:
             found = (mid, placement)
         else:
-            below, done = trial, mid
+            done = mid
     return found
 
 
@@ -190,15 +184,36 @@ Released = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 class _Ending:
     """``by_end``'s allocations, with what ``when_and_where`` derives from them, each made
-    when first asked for: the GPUs freed as they end (cumulative), and for every grant with
-    GPUs its position in the list, host and GPUs."""
+    when first asked for: the GPUs freed as they end (cumulative), for every grant with
+    GPUs its position in the list, host and GPUs, and the states with the first of them
+    released (``released_to``). It belongs to one state of the allocations (``_ending``)."""
 
-    __slots__ = ("_freed", "_released", "allocations")
+    __slots__ = ("_freed", "_released", "_states", "allocations")
 
     def __init__(self, allocations: list[Allocation]) -> None:
         self.allocations = allocations
         self._freed: np.ndarray | None = None
         self._released: Released | None = None
+        self._states: dict[int, FleetState] = {}  # ``released_to`` by ``k``
+
+    def released_to(self, state: FleetState, k: int) -> FleetState:
+        """``state`` (whose allocations these are) with ``allocations[: k + 1]`` released,
+        its cordons and degraded hosts as ``state``'s now; read it, never change it.
+
+        Made once per ``k`` and shared by every search on this state of the allocations:
+        from the nearest ``k`` made below it (or ``state``), releasing the rest in order, so
+        each host's counts take the same additions in the same order, and hold the same
+        numbers, as releasing them all at once or in any other steps."""
+        made = self._states.get(k)
+        if made is None:
+            below = max((j for j in self._states if j < k), default=-1)
+            made = (self._states[below] if below >= 0 else state).copy()
+            made.memo = {}  # what it remembers is stale once it releases
+            made.release_many([a.job for a in self.allocations[below + 1 : k + 1]])
+            self._states[k] = made
+        made.cordoned = state.cordoned.copy()
+        made.degraded = state.degraded.copy()
+        return made
 
     def freed(self) -> np.ndarray:
         if self._freed is None:

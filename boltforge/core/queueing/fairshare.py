@@ -143,6 +143,7 @@ def order(
     holdings: Holdings,
     half_life_s: float = DEFAULT_HALF_LIFE_S,
     size: SizeRule | None = None,
+    arrived: bool = False,
 ) -> list[Job]:
     """``jobs`` in the order the cycle should consider them (see ``order_key``).
 
@@ -155,11 +156,10 @@ def order(
     holdings record GPUs only. The job's own GPUs are left out on purpose: counting them would
     order a queue's small jobs ahead of its big ones and starve the big ones. Job ids must be
     unique (``ValueError``), which makes the order total: any permutation of ``jobs`` gives
-    the same list.
+    the same list. ``arrived``: ``jobs`` is already in arrival order (submit time, then id),
+    which breaks the ties after every other key as the sort by id would.
     """
-    pending = sorted(jobs, key=_ID)  # ties after every other key: by id
-    if any(a.id == b.id for a, b in pairwise(pending)):
-        raise ValueError("job ids must be unique to order jobs")
+    pending = _by_id_within_submit(jobs, arrived)
     if not pending:
         return []
     middles: dict[str, float] = {}  # the factor negated, or its weight on aged work
@@ -176,6 +176,20 @@ def order(
     urgent = spare < URGENT_SLACK_S  # NaN (no deadline) is never urgent
     keys = (submit, dominant, middle, np.where(urgent, spare, 0.0), ~urgent, priority)
     return [pending[i] for i in np.lexsort(keys).tolist()]
+
+
+def _by_id_within_submit(jobs: Iterable[Job], arrived: bool) -> list[Job]:
+    """``jobs`` in an order whose ties of equal submit time go by id (sorted by id, unless
+    ``arrived`` says they are in arrival order already); ``ValueError`` on a repeated id."""
+    if arrived:
+        pending = list(jobs)
+        if len(set(map(_ID, pending))) != len(pending):
+            raise ValueError("job ids must be unique to order jobs")
+        return pending
+    pending = sorted(jobs, key=_ID)  # ties after every other key: by id
+    if any(a.id == b.id for a, b in pairwise(pending)):
+        raise ValueError("job ids must be unique to order jobs")
+    return pending
 
 
 _CLASS, _SUBMIT = attrgetter("priority"), attrgetter("submit_time")

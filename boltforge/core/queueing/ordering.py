@@ -11,24 +11,33 @@ from boltforge.core.policy import Ordering, Policy
 FairOrder = Callable[[list[Job]], list[Job]]
 
 
-def order_jobs(jobs: list[Job], policy: Policy, now: float, fair: FairOrder | None) -> list[Job]:
+def order_jobs(
+    jobs: list[Job], policy: Policy, now: float, fair: FairOrder | None, arrived: bool = False
+) -> list[Job]:
     """Sort ``jobs`` by ``policy``'s rule; a deterministic total order (ties end on job id).
 
     FIFO: arrival. PRIORITY: class, then arrival. LAS (Tiresias): the discrete queue of the
     job's attained GPU-seconds (fewest first), a job waiting past ``starvation_s`` promoted to
     the first queue, then arrival; it uses no runtime estimates. FAIR: ``fair`` (hierarchical
     fair share with DRF, from ``fairshare.order``), or PRIORITY when none is given.
+
+    ``arrived``: ``jobs`` is already in arrival order (submit time, then id), so FIFO keeps it
+    and the other rules sort it stably by what they rank before arrival alone; the order is
+    the same as from any other order of ``jobs``.
     """
     if policy.ordering == Ordering.FIFO:
-        return sorted(jobs, key=_ARRIVAL)
+        return list(jobs) if arrived else sorted(jobs, key=_ARRIVAL)
     if policy.ordering == Ordering.LAS:
+        if arrived:
+            return sorted(jobs, key=lambda j: las_queue(j, policy, now))
         return sorted(jobs, key=lambda j: (las_queue(j, policy, now), j.submit_time, j.id))
     if policy.ordering == Ordering.FAIR and fair is not None:
         return fair(jobs)
-    return sorted(jobs, key=_CLASS_ARRIVAL)
+    return sorted(jobs, key=_CLASS if arrived else _CLASS_ARRIVAL)
 
 
 _ARRIVAL = attrgetter("submit_time", "id")
+_CLASS = attrgetter("gang.priority")  # ``Job.priority``
 _CLASS_ARRIVAL = attrgetter("gang.priority", "submit_time", "id")  # ``Job.priority`` first
 
 

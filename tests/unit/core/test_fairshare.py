@@ -500,3 +500,15 @@ def test_order_sorts_by_the_order_key(jobs: list[Job], usage: Usage, size: SizeR
 def test_guarantees_do_not_change_shares() -> None:
     t = QuotaTree.build([QueueSpec("a", {ANY: 96}), QueueSpec("b", {ANY: 32})])
     assert normalized_share(t, "a") == normalized_share(t, "b") == 0.5
+
+
+@EXAMPLES
+@given(pending(), usages, st.sampled_from((None, SizeRule(32 * HOUR, 0.5))))
+def test_order_given_arrival_order_is_the_order_of_any_permutation(
+    jobs: list[Job], usage: Usage, size: SizeRule | None
+) -> None:
+    """``arrived=True`` skips the sort by id; ties still end by submit time, then id."""
+    held = {"org/nlp": {"h100": 64}, "lab": {"a100": 8}}
+    by_arrival = sorted(jobs, key=lambda j: (j.submit_time, j.id))
+    expected = order(jobs, ORG, usage, CLUSTER, NOW, held, size=size)
+    assert order(by_arrival, ORG, usage, CLUSTER, NOW, held, size=size, arrived=True) == expected

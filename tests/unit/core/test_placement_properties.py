@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from boltforge.core.model.gang import Gang, Role
@@ -15,7 +15,13 @@ from boltforge.core.model.levels import Level
 from boltforge.core.model.state import Allocation, FleetState, Grant
 from boltforge.core.model.topology import Tier, TopologyTree
 from boltforge.core.placement.crossing import role_cost
-from boltforge.core.placement.modes import by_end, could_ever_fit, place_now, when_and_where
+from boltforge.core.placement.modes import (
+    _ending,
+    by_end,
+    could_ever_fit,
+    place_now,
+    when_and_where,
+)
 from boltforge.core.placement.place import Decision, Outcome, Placement, place_gang
 from boltforge.testing.builders import make_fleet, make_gang, make_pool, make_role, occupy
 
@@ -376,3 +382,64 @@ def test_generated_worlds_cover_the_interesting_cases() -> None:
     sample()
     for label in ("NOW", "NOT_NOW", "NEVER", "cpu role", "tp > 1", "required", "spans hosts"):
         assert seen[label] > 0, f"generators never produced {label}: {dict(seen)}"
+
+
+# --- the released states ``when_and_where`` shares between its searches ------------------
+
+_STATE_PARTS = (
+    "free",
+    "free_cpus",
+    "free_memory",
+    "free_storage",
+    "cordoned",
+    "degraded",
+    "island_free",
+    "host_free",
+    "island_max",
+    "rack_free",
+    "pod_free",
+    "fit_key",
+)
+
+
+def assert_same_state(got: FleetState, want: FleetState) -> None:
+    """Every array equal element for element (floats exactly), the same allocations in the
+    same order and the same shares."""
+    for part in _STATE_PARTS:
+        assert np.array_equal(getattr(got, part), getattr(want, part)), part
+    assert list(got.allocations.items()) == list(want.allocations.items())
+    assert got.shared == want.shared
+
+
+@EXAMPLES
+@given(worlds(busy=True), st.data())
+def test_released_states_equal_releasing_from_scratch(world: World, data: st.DataObject) -> None:
+    """``_Ending.released_to`` makes each state from the nearest one made before; asked in
+    any order, under any cordons, each equals the state with the first ending jobs
+    released at once, cordoned as the state is now."""
+    state = world.state
+    ends = _ending(state)
+    assume(ends.allocations)
+    hosts = len(state.cordoned)
+    for k in data.draw(st.lists(st.integers(0, len(ends.allocations) - 1), max_size=8)):
+        for h in data.draw(st.sets(st.integers(0, hosts - 1), max_size=2)):
+            state.cordoned[h] = not state.cordoned[h]
+        fresh = state.copy()
+        fresh.release_many([a.job for a in ends.allocations[: k + 1]])
+        assert_same_state(ends.released_to(state, k), fresh)
+
+
+@EXAMPLES
+@given(worlds(busy=True), st.data())
+def test_when_and_where_answers_as_on_a_state_nothing_was_asked_of(
+    world: World, data: st.DataObject
+) -> None:
+    """Searches after others on the same state (sharing their released states) answer as
+    the same search on a copy that remembers nothing."""
+    state = world.state
+    for gang in [world.gang, *data.draw(st.lists(gangs(world.tree), max_size=3))]:
+        warm = when_and_where(state, gang, NOW)
+        cold_state = state.copy()
+        cold_state.memo = {}
+        cold = when_and_where(cold_state, gang, NOW)
+        assert warm == cold

@@ -1,0 +1,67 @@
+"""``PendingJobs`` keeps its arrival order across puts, pops and updates exactly as sorting
+the waiting jobs from scratch would."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from boltforge.core.model.workload import Job
+from boltforge.sim.pending import PendingJobs
+from boltforge.testing.builders import make_gang
+
+SUBMITS = (0.0, 5.0, 5.0, 7.5, 100.0)
+Op = tuple[str, int, float]
+
+
+def make_job(i: int, submit: float) -> Job:
+    return Job(f"j{i:02d}", make_gang(f"j{i}", gpus=1, per_node=1), "team", submit)
+
+
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(("put", "pop", "update")),
+        st.integers(0, 30),
+        st.sampled_from(SUBMITS),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops)
+def test_arrival_order_equals_a_sort_from_scratch(steps: list[Op]) -> None:
+    pending = PendingJobs()
+    plain: dict[str, Job] = {}  # what a dict of the waiting jobs holds
+    for op, i, submit in steps:
+        key = f"j{i:02d}"
+        if op == "put" and key not in plain:
+            job = make_job(i, submit)
+            pending.put(job)
+            plain[key] = job
+        elif op == "pop" and key in plain:
+            assert pending.pop(key) == plain.pop(key)
+        elif op == "update":
+
+            def attain(job: Job, key: str = key, attained: float = submit) -> Job:
+                if job.id != key:
+                    return job
+                return dataclasses.replace(job, attained_gpu_seconds=attained)
+
+            pending.update(attain)
+            plain = {k: attain(j) for k, j in plain.items()}
+        by_arrival = sorted(plain.values(), key=lambda j: (j.submit_time, j.id))
+        assert pending.in_arrival_order() == tuple(by_arrival)
+        assert pending.values() == list(plain.values())
+        assert list(pending) == list(plain) and len(pending) == len(plain)
+        assert all(k in pending and pending[k] == j for k, j in plain.items())
+
+
+def test_a_job_already_waiting_is_not_put_again() -> None:
+    pending = PendingJobs()
+    pending.put(make_job(1, 0.0))
+    with pytest.raises(ValueError, match="already waiting"):
+        pending.put(make_job(1, 3.0))
