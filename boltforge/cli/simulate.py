@@ -21,6 +21,7 @@ from rich.table import Table
 
 from boltforge import gctune
 from boltforge.cli.common import EXIT_BAD_INPUT, console, errors, print_json, spec_errors
+from boltforge.core.cycle import reservation_depth
 from boltforge.core.policy import POLICIES, named
 from boltforge.sim.costs import COST_COLUMNS, cost_rows
 from boltforge.sim.engine import SimConfig, simulate
@@ -340,9 +341,9 @@ def _trace(
 
 def _run_all(runs: list[SimulationRun], workers: int) -> dict[str, SimResult]:
     """Run each job in its own process (at most ``workers`` at once), with a progress bar
-    per run on stderr. Runs under a preempting policy, the longest as a rule, are handed
-    out first, so that no long run starts last while the other workers sit idle. The
-    results depend neither on ``workers`` nor on that order."""
+    per run on stderr. The runs likely to take longest are handed out first (``_heavy``),
+    so that no long run starts last while the other workers sit idle. The results depend
+    neither on ``workers`` nor on that order."""
     workers = max(1, min(len(runs), workers))
     columns = (
         TextColumn("{task.description:>12}"),
@@ -352,7 +353,7 @@ def _run_all(runs: list[SimulationRun], workers: int) -> dict[str, SimResult]:
     )
     with Manager() as manager, ProcessPoolExecutor(workers) as pool:
         shared = manager.dict()
-        handed = {r.label: pool.submit(_replay, r, shared) for r in sorted(runs, key=_light)}
+        handed = {r.label: pool.submit(_replay, r, shared) for r in sorted(runs, key=_heavy)}
         futures: dict[str, Future[SimResult]] = {r.label: handed[r.label] for r in runs}
         reported: dict[str, int] = {}  # tenths reported per run, off a terminal
         with Progress(*columns, console=errors, transient=False) as bars:
@@ -364,9 +365,12 @@ def _run_all(runs: list[SimulationRun], workers: int) -> dict[str, SimResult]:
         return {name: f.result() for name, f in futures.items()}
 
 
-def _light(run: SimulationRun) -> bool:
-    """Sort key handing out the runs under a preempting policy first."""
-    return not run.config.policy.preemption
+def _heavy(run: SimulationRun) -> tuple[bool, bool, bool]:
+    """Sort key handing out the runs by what their passes search, the costliest first: a
+    preempting policy searches for victims, one that reserves searches for each reserved
+    job's earliest start, and strict order stops at the first job that cannot start."""
+    policy = run.config.policy
+    return (not policy.preemption, reservation_depth(policy) == 0, policy.strict_order)
 
 
 def _update(

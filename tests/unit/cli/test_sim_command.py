@@ -246,6 +246,16 @@ def test_off_a_terminal_progress_comes_as_plain_lines(
     assert "fifo: 12 of 12 jobs finished (100%)" in capsys.readouterr().err
 
 
+def test_the_runs_that_search_most_are_handed_out_first(trace: Path) -> None:
+    """Victim searches first (with reservation searches before without), then reservation
+    searches alone, then the rest, strict order last."""
+    jobs = load_trace(trace)
+    names = ("fifo", "greedy", "slurm-like", "tiresias", "default")
+    runs = [SimulationRun(n, LAB, jobs, SimConfig(policy=POLICIES[n])) for n in names]
+    handed = [r.label for r in sorted(runs, key=simulate_module._heavy)]
+    assert handed == ["default", "tiresias", "slurm-like", "greedy", "fifo"]
+
+
 def test_a_progress_line_comes_once_per_tenth_of_a_run() -> None:
     reported: dict[str, int] = {}
     lines = [progress_line("default", done, 1000, reported) for done in (0, 50, 99, 100, 150)]
