@@ -87,6 +87,20 @@ def make_gang(
 
 
 # Job sizes (GPUs) and how often each occurs among running jobs: mostly small, a heavy tail.
+STATE_ARRAYS = (  # every per-GPU, per-host and per-domain array a ``FleetState`` keeps
+    "free",
+    "free_cpus",
+    "free_memory",
+    "free_storage",
+    "cordoned",
+    "degraded",
+    "island_free",
+    "host_free",
+    "island_max",
+    "rack_free",
+    "pod_free",
+    "fit_key",
+)
 JOB_SIZES = ((1, 40), (2, 10), (4, 15), (8, 20), (16, 6), (32, 4), (64, 3), (128, 1.5), (256, 0.5))
 
 

@@ -23,7 +23,14 @@ from boltforge.core.placement.modes import (
     when_and_where,
 )
 from boltforge.core.placement.place import Decision, Outcome, Placement, place_gang
-from boltforge.testing.builders import make_fleet, make_gang, make_pool, make_role, occupy
+from boltforge.testing.builders import (
+    STATE_ARRAYS,
+    make_fleet,
+    make_gang,
+    make_pool,
+    make_role,
+    occupy,
+)
 
 GPU_POOLS = {
     "hgx": make_pool("hgx", "H100-80GB", 80, gpus=8, island=8),
@@ -386,26 +393,11 @@ def test_generated_worlds_cover_the_interesting_cases() -> None:
 
 # --- the released states ``when_and_where`` shares between its searches ------------------
 
-_STATE_PARTS = (
-    "free",
-    "free_cpus",
-    "free_memory",
-    "free_storage",
-    "cordoned",
-    "degraded",
-    "island_free",
-    "host_free",
-    "island_max",
-    "rack_free",
-    "pod_free",
-    "fit_key",
-)
-
 
 def assert_same_state(got: FleetState, want: FleetState) -> None:
     """Every array equal element for element (floats exactly), the same allocations in the
     same order and the same shares."""
-    for part in _STATE_PARTS:
+    for part in STATE_ARRAYS:
         assert np.array_equal(getattr(got, part), getattr(want, part)), part
     assert list(got.allocations.items()) == list(want.allocations.items())
     assert got.shared == want.shared

@@ -14,35 +14,22 @@ from boltforge.core.model.levels import Level
 from boltforge.core.model.state import Allocation, Conflict, FleetState, Grant
 from boltforge.core.placement.hostfit import eligible_hosts, host_fit, select_gpus, talks
 from boltforge.core.placement.single import plan_single
-from boltforge.testing.builders import make_fleet, make_pool, make_role, occupy
+from boltforge.testing.builders import STATE_ARRAYS, make_fleet, make_pool, make_role, occupy
 
 FLEET = make_fleet(
     racks=2, hosts=3, pools=[make_pool("hgx", island=8), make_pool("pcie", island=4)]
-)
-ARRAYS = (
-    "free",
-    "free_cpus",
-    "free_memory",
-    "cordoned",
-    "degraded",
-    "island_free",
-    "host_free",
-    "island_max",
-    "rack_free",
-    "pod_free",
-    "fit_key",
 )
 
 
 def snapshot(state: FleetState) -> dict[str, object]:
     """Every array of ``state`` copied, plus its allocation table."""
-    out: dict[str, object] = {name: getattr(state, name).copy() for name in ARRAYS}
+    out: dict[str, object] = {name: getattr(state, name).copy() for name in STATE_ARRAYS}
     out["allocations"] = dict(state.allocations)
     return out
 
 
 def assert_same(state: FleetState, before: dict[str, object]) -> None:
-    for name in ARRAYS:
+    for name in STATE_ARRAYS:
         assert np.array_equal(getattr(state, name), before[name]), name  # type: ignore[arg-type]
     assert state.allocations == before["allocations"]
 
