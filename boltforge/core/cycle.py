@@ -369,7 +369,7 @@ def promised_first(ordered: list[Job], policy: Policy, promised: frozenset[str])
     promised. Other orders are returned as given (arrival order keeps those jobs ahead)."""
     if policy.size is None:
         return ordered
-    no_holds = list(map(_HELD, ordered)).count(None) == len(ordered)
+    no_holds = not any(map(_HELD, ordered))  # a ``Hold`` is always true
     if not promised and no_holds:  # every second key is True
         return ordered if policy.ordering in _BY_CLASS else sorted(ordered, key=_PRIORITY)
     if not no_holds:
