@@ -39,7 +39,7 @@ class PendingJobs:
         return iter(self._by_id)
 
     def values(self) -> list[Job]:
-        """The jobs in the order they were put (a job put again keeps its place)."""
+        """The jobs in the order they were put (``update`` keeps each one's place)."""
         return list(self._by_id.values())
 
     def put(self, job: Job) -> None:
