@@ -136,23 +136,21 @@ def _slots_reached(
     role: Role,
 ) -> int | None:
     """The first ``k`` at which the open hosts' replica slots (``free // gpus``), as the
-    released grants come back, add up to ``role.replicas``; None if they never do."""
-    ks, hosts, counts = released
+    released grants come back, add up to ``role.replicas``; None if they never do.
+
+    The grants are in the order they come back, each with what its host got back up to and
+    including it (``Released``), so a host's free GPUs after each grant are its free GPUs
+    now plus that, and the slots the grant adds are read off directly."""
+    ks, hosts, counts, since = released
     mine = open_hosts[hosts]
-    ks, hosts, counts = ks[mine], hosts[mine], counts[mine]
-    if not ks.size:
+    if not mine.any():
         return None
-    by_host = np.lexsort((ks, hosts))
-    ks, hosts, counts = ks[by_host], hosts[by_host], counts[by_host]
-    total = np.cumsum(counts)
-    starts = np.flatnonzero(np.r_[True, hosts[1:] != hosts[:-1]])
-    base = np.repeat(total[starts] - counts[starts], np.diff(np.r_[starts, len(hosts)]))
-    after = free[hosts] + total - base
+    ks, hosts, counts, since = ks[mine], hosts[mine], counts[mine], since[mine]
+    after = free[hosts] + since
     gained = after // role.gpus - (after - counts) // role.gpus
-    in_time = np.argsort(ks, kind="stable")
-    slots = int((free[open_hosts] // role.gpus).sum()) + np.cumsum(gained[in_time])
+    slots = int((free[open_hosts] // role.gpus).sum()) + np.cumsum(gained)
     i = int(np.searchsorted(slots, role.replicas))
-    return int(ks[in_time][i]) if i < len(slots) else None
+    return int(ks[i]) if i < len(slots) else None
 
 
 def _bisect(
@@ -179,14 +177,16 @@ def by_end(state: FleetState) -> list[Allocation]:
     return _ending(state).allocations
 
 
-Released = tuple[np.ndarray, np.ndarray, np.ndarray]
+# Every grant with GPUs of the allocations by end, in the order they end: its position in
+# the list, its host, its GPUs, and the GPUs its host got back up to and including it.
+Released = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 class _Ending:
     """``by_end``'s allocations, with what ``when_and_where`` derives from them, each made
-    when first asked for: the GPUs freed as they end (cumulative), for every grant with
-    GPUs its position in the list, host and GPUs, and the states with the first of them
-    released (``released_to``). It belongs to one state of the allocations (``_ending``)."""
+    when first asked for: the GPUs freed as they end (cumulative), every grant with GPUs
+    (``Released``), and the states with the first of them released (``released_to``). It
+    belongs to one state of the allocations (``_ending``)."""
 
     __slots__ = ("_freed", "_released", "_states", "allocations")
 
@@ -227,7 +227,8 @@ class _Ending:
             pairs = chain.from_iterable(chain.from_iterable(a.spread for a in ending))
             hosts_counts = np.fromiter(pairs, np.int64).reshape(-1, 2)
             ks = np.repeat(np.arange(len(ending), dtype=np.int64), sizes)
-            self._released = (ks, hosts_counts[:, 0], hosts_counts[:, 1])
+            hosts, counts = hosts_counts[:, 0], hosts_counts[:, 1]
+            self._released = (ks, hosts, counts, _running_by_group(hosts, counts))
         return self._released
 
 
@@ -243,3 +244,19 @@ def _ending(state: FleetState) -> _Ending:
     made = _Ending([known[i] for i in np.argsort(ends, kind="stable")])
     state.memo["ending"] = (state.changes, made)
     return made
+
+
+def _running_by_group(groups: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """For each entry, the sum of ``counts`` over the entries of its group up to and
+    including it, in the order given."""
+    if not groups.size:
+        return counts.copy()
+    by_group = np.argsort(groups, kind="stable")
+    sorted_counts = counts[by_group]
+    total = np.cumsum(sorted_counts)
+    g = groups[by_group]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    before = np.repeat(total[starts] - sorted_counts[starts], np.diff(np.r_[starts, len(g)]))
+    out = np.empty_like(counts)
+    out[by_group] = total - before
+    return out

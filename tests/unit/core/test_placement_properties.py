@@ -17,6 +17,7 @@ from boltforge.core.model.topology import Tier, TopologyTree
 from boltforge.core.placement.crossing import role_cost
 from boltforge.core.placement.modes import (
     _ending,
+    _replica_bound,
     by_end,
     could_ever_fit,
     place_now,
@@ -340,6 +341,54 @@ def test_when_and_where_finds_the_earliest_end_after_which_the_gang_fits(world: 
             assert decision.placement.grants == placement.grants
             return
     raise AssertionError("a start time was given but the gang never fits")
+
+
+@st.composite
+def shared_hosts(draw: st.DrawFn) -> FleetState:
+    """Eight-GPU hosts that several running jobs share, each job on one to three hosts with
+    a known end (ties likely), some hosts cordoned: what the replica bound counts."""
+    tree = make_fleet(racks=2, hosts=3)
+    state = FleetState(tree)
+    free = {h: list(range(8)) for h in range(len(tree.hosts))}
+    for i in range(draw(st.integers(0, 12))):
+        hosts = draw(st.lists(st.sampled_from(sorted(free)), min_size=1, max_size=3, unique=True))
+        grants = []
+        for rank, h in enumerate(hosts):
+            n = min(draw(st.integers(1, 4)), len(free[h]))
+            gpus, free[h] = tuple(free[h][:n]), free[h][n:]
+            if gpus:
+                grants.append(Grant("w", rank, h, gpus))
+        if grants:
+            end = draw(st.sampled_from([NOW + 100.0, NOW + 200.0, NOW + 300.0, NOW + 900.0]))
+            state.allocate(Allocation(f"r{i}", tuple(grants), end))
+    for h in draw(st.sets(st.integers(0, len(tree.hosts) - 1), max_size=2)):
+        state.cordoned[h] = True
+    return state
+
+
+@EXAMPLES
+@given(shared_hosts(), st.sampled_from([1, 2, 4, 8]), st.integers(1, 12))
+def test_the_replica_bound_is_the_first_release_with_slots_enough(
+    state: FleetState, gpus: int, replicas: int
+) -> None:
+    """Against releasing the ending jobs one by one: the bound the reservation search starts
+    from is the first release after which the open hosts' free GPUs, host by host, hold a
+    slot for every replica (however many jobs share a host and end together)."""
+    gang = Gang("g", (make_role("w", replicas=replicas, gpus=gpus),))
+    ends = _ending(state)
+    open_hosts = ~state.cordoned
+
+    def slots(s: FleetState) -> int:
+        return int((s.host_free[open_hosts] // gpus).sum())
+
+    if slots(state) >= replicas or not ends.allocations:
+        expected = 0
+    else:
+        enough = (
+            k for k in range(len(ends.allocations)) if slots(ends.released_to(state, k)) >= replicas
+        )
+        expected = next(enough, len(ends.allocations))
+    assert _replica_bound(state, gang, ends) == expected
 
 
 @EXAMPLES
