@@ -576,7 +576,7 @@ def _say_held(p: _Pass, job: Job, hold: Allocation) -> None:
     if hold.expected_end is not None:
         line += f" for {max(hold.expected_end - p.now, 0.0):.0f} s more"
     w = p.waiting[-1]
-    p.waiting[-1] = replace(w, detail=(line, *w.detail))
+    p.waiting[-1] = w._replace(detail=(line, *w.detail))
 
 
 def _one_island_replica(gang: Gang, placement: Placement) -> bool:

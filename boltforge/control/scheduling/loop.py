@@ -494,10 +494,10 @@ class Scheduler:
         key = (_kind(job), self._world_version, world.changes)
         known = self._verdicts.get(key)
         if known is not None and now - known[0] < VERDICT_S:
-            return CycleResult(waiting=(replace(known[1], job=job.id),))
+            return CycleResult(waiting=(known[1]._replace(job=job.id),))
         snap = world.snapshot(self._usage(s, now), self._recent(now))
         result = schedule_arrival(snap, job, self.policy, self.reservations)
-        waits = tuple(replace(w, position=-1) for w in result.waiting)
+        waits = tuple(w._replace(position=-1) for w in result.waiting)
         result = replace(result, waiting=waits)
         if waits and not result.binds and not result.evictions:
             self._verdicts = {key: (now, waits[0])}
