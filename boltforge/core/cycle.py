@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from operator import attrgetter
@@ -42,7 +42,7 @@ from boltforge.core.decisions import (
 from boltforge.core.elastic import grow, growth_id
 from boltforge.core.model.gang import Gang
 from boltforge.core.model.state import Allocation, Conflict, FleetState, Grant
-from boltforge.core.model.topology import IntArray, TopologyTree
+from boltforge.core.model.topology import BoolArray, IntArray, TopologyTree
 from boltforge.core.model.workload import Job, Running, Usage
 from boltforge.core.placement.answers import Placement
 from boltforge.core.placement.firstfit import first_fit
@@ -71,10 +71,14 @@ from boltforge.core.preempt.choose import (
 )
 from boltforge.core.preempt.text import span
 from boltforge.core.preempt.victims import PreemptRules, standing_of
+from boltforge.core.queueing.columns import QueueColumns
 from boltforge.core.queueing.estimates import fill_estimates
+from boltforge.core.queueing.fairshare import Resources
 from boltforge.core.queueing.fairshare import order as fair_order
-from boltforge.core.queueing.ordering import FairOrder, las_queue, order_jobs
-from boltforge.core.queueing.quota import QuotaTree, Verdict, admit, reclaimable_for
+from boltforge.core.queueing.fairshare import positions as fair_positions
+from boltforge.core.queueing.ordering import las_queue, las_queues, order_jobs, order_positions
+from boltforge.core.queueing.quota import Holdings, QuotaTree, Verdict, admit, reclaimable_for
+from boltforge.core.queueing.shortest import SizeRule
 from boltforge.core.sharing.place import as_placement, place_shares, whole_gpu_gang
 
 # Lookahead window: how many jobs behind the one being placed it checks (policy.lookahead
@@ -90,7 +94,10 @@ class Snapshot:
     ``promised``: the jobs the last full pass reserved a start for; under a policy that ranks
     by size they keep their place ahead of the rest of their class (``promised_first``).
     ``in_arrival_order``: ``pending`` is sorted by submit time, then id (the caller keeps it
-    so; the ordering then skips the sort that would put it so); it must be, when set."""
+    so; the ordering then skips the sort that would put it so); it must be, when set.
+    ``columns``: the numbers of the ``pending`` jobs, in step with them (``QueueColumns``),
+    which the orders and the pass's tail then read instead of each job; only with
+    ``in_arrival_order``, and the caller must keep them equal to ``QueueColumns.of(pending)``."""
 
     state: FleetState
     pending: tuple[Job, ...]
@@ -103,6 +110,7 @@ class Snapshot:
     promised: frozenset[str] = frozenset()
     known_held: dict[str, dict[str, int]] | None = field(default=None, repr=False, compare=False)
     in_arrival_order: bool = False
+    columns: QueueColumns | None = field(default=None, repr=False, compare=False)
 
     @cached_property
     def held(self) -> dict[str, dict[str, int]]:
@@ -173,14 +181,12 @@ def run_cycle(
     only the jobs it looked at.
     """
     holdings = snap.own_holdings()
-    fair = _fair(snap, holdings, policy)
-    ordered = order_jobs(list(snap.pending), policy, snap.now, fair, snap.in_arrival_order)  # 1.
-    ordered = promised_first(ordered, policy, snap.promised)
+    ordered, columns = _order(snap, policy, holdings)  # 1.
     p = _new_pass(snap, policy, holdings)  # 2. snapshot
     p.reservations = list(reservations)
     p.estimates_left = policy.estimate_waits if explain else 0
     p.explain = explain
-    tail = None if explain else _Tail(ordered, policy, snap.now)
+    tail = None if explain else _Tail(ordered, policy, snap.now, columns)
     ahead = len(ordered[: policy.lookahead])  # lookahead looks at the jobs before this position
     for position, job in enumerate(ordered):
         if tail is not None and tail.none_can_start(p, position):
@@ -228,8 +234,11 @@ class _Tail:
     every job behind it.
     """
 
-    def __init__(self, ordered: list[Job], policy: Policy, now: float) -> None:
+    def __init__(
+        self, ordered: list[Job], policy: Policy, now: float, columns: QueueColumns | None
+    ) -> None:
         self.ordered, self.policy, self.now = ordered, policy, now
+        self.columns = columns  # of ``ordered``, in step, when the snapshot has them
         self._base: int | None = None  # the position the suffixes start at
         self._fits: tuple[np.ndarray, np.ndarray] | None = None  # fewest GPUs, own path
         self._ranks: tuple[np.ndarray, np.ndarray] | None = None  # class, standing code
@@ -268,13 +277,23 @@ class _Tail:
             self._base = i
         return self._base
 
+    def _columns(self) -> QueueColumns | None:
+        """The columns of the jobs from the base on, when the snapshot has them."""
+        if self.columns is None:
+            return None
+        return self.columns.take(np.arange(self._base or 0, len(self.ordered)))
+
     def _fit_suffixes(self) -> tuple[np.ndarray, np.ndarray]:
         """From the base on: the fewest GPUs any job from each position wants, and whether
         any of them takes a path of its own."""
         if self._fits is None:
-            jobs = self.ordered[self._base :]
-            gpus = np.fromiter(map(_JOB_GPUS, jobs), np.int64, len(jobs))[::-1]
-            own = _own_paths(jobs, self.policy)[::-1]
+            jobs, columns = self.ordered[self._base :], self._columns()
+            if columns is None:
+                gpus = np.fromiter(map(_JOB_GPUS, jobs), np.int64, len(jobs))[::-1]
+                own = _own_paths(jobs, self.policy)[::-1]
+            else:
+                gpus = columns.gpus[::-1]
+                own = (columns.held | (self.policy.elastic & columns.elastic))[::-1]
             self._fits = (
                 np.minimum.accumulate(gpus)[::-1],
                 np.logical_or.accumulate(own)[::-1],
@@ -285,9 +304,15 @@ class _Tail:
         """From the base on: the most important class and standing (``_standing_codes``)
         of any job from each position."""
         if self._ranks is None:
-            jobs = self.ordered[self._base :]
-            klass = np.fromiter(map(_JOB_CLASS, jobs), np.int64, len(jobs))
-            marks = _standing_codes(jobs, self.policy, self.now, klass)[::-1]
+            jobs, columns = self.ordered[self._base :], self._columns()
+            if columns is None:
+                klass = np.fromiter(map(_JOB_CLASS, jobs), np.int64, len(jobs))
+                queues = None
+            else:
+                klass = columns.priority
+                las = self.policy.ordering == Ordering.LAS
+                queues = las_queues(columns, self.policy, self.now) if las else None
+            marks = _standing_codes(jobs, self.policy, self.now, klass, queues)[::-1]
             self._ranks = (
                 np.minimum.accumulate(klass[::-1])[::-1],
                 np.minimum.accumulate(marks)[::-1],
@@ -305,13 +330,17 @@ def _own_paths(jobs: list[Job], policy: Policy) -> np.ndarray:
     return np.fromiter((_own_path(policy, j) for j in jobs), np.bool_, n)
 
 
-def _standing_codes(jobs: list[Job], policy: Policy, now: float, klass: IntArray) -> IntArray:
+def _standing_codes(
+    jobs: list[Job], policy: Policy, now: float, klass: IntArray, queues: IntArray | None
+) -> IntArray:
     """Each waiting job's standing (``_standing``) as one integer ordered as the standings
     are: its class under any order but LAS, else class times the number of LAS queues plus
-    its queue (``_Tail._mark`` turns a code back)."""
+    its queue (``_Tail._mark`` turns a code back). ``queues``: the jobs' LAS queues, when
+    the caller has them."""
     if policy.ordering != Ordering.LAS:
         return klass
-    queues = np.fromiter((las_queue(j, policy, now) for j in jobs), np.int64, len(jobs))
+    if queues is None:
+        queues = np.fromiter((las_queue(j, policy, now) for j in jobs), np.int64, len(jobs))
     return klass * (len(policy.las_thresholds) + 1) + queues
 
 
@@ -362,6 +391,27 @@ def schedule_arrival(
     )
 
 
+def _order(
+    snap: Snapshot, policy: Policy, holdings: dict[str, dict[str, int]]
+) -> tuple[list[Job], QueueColumns | None]:
+    """1. The pending jobs in the order the pass looks at them (``order_jobs``, then
+    ``promised_first``), and their columns in that order when the snapshot has them."""
+    fair = _fair(snap, holdings, policy)
+    arrived = snap.in_arrival_order
+    if snap.columns is None:
+
+        def by_share(jobs: list[Job]) -> list[Job]:
+            return fair_order(jobs, *fair, arrived=arrived)
+
+        ordered = order_jobs(list(snap.pending), policy, snap.now, by_share, arrived)
+        return promised_first(ordered, policy, snap.promised), None
+    columns = snap.columns
+    at = order_positions(columns, policy, snap.now, lambda c: fair_positions(c, *fair))
+    pending = snap.pending
+    at = _promised_first_at(at, columns.priority, columns.held, policy, pending, snap.promised)
+    return [pending[i] for i in at.tolist()], columns.take(at)
+
+
 def promised_first(ordered: list[Job], policy: Policy, promised: frozenset[str]) -> list[Job]:
     """Under a size-ranked order, jobs holding a reservation from the last full pass, and
     jobs whose GPUs are held for their restart after a host failure, go first within their
@@ -369,15 +419,33 @@ def promised_first(ordered: list[Job], policy: Policy, promised: frozenset[str])
     promised. Other orders are returned as given (arrival order keeps those jobs ahead)."""
     if policy.size is None:
         return ordered
-    no_holds = not any(map(_HELD, ordered))  # a ``Hold`` is always true
-    if not promised and no_holds:  # every second key is True
-        return ordered if policy.ordering in _BY_CLASS else sorted(ordered, key=_PRIORITY)
-    if not no_holds:
-        return sorted(ordered, key=lambda j: (j.priority, j.id not in promised and j.held is None))
-    # the same stable sort by (class, not promised), as one integer key per job
-    keys = np.fromiter(map(_JOB_CLASS, ordered), np.int64, len(ordered)) * 2 + 1
-    keys[[i for i, key in enumerate(map(_ID, ordered)) if key in promised]] -= 1
-    return [ordered[i] for i in np.argsort(keys, kind="stable").tolist()]
+    n = len(ordered)
+    priority = np.fromiter(map(_JOB_CLASS, ordered), np.int64, n)
+    held = np.fromiter((j.held is not None for j in ordered), np.bool_, n)
+    at = _promised_first_at(np.arange(n), priority, held, policy, ordered, promised)
+    return [ordered[i] for i in at.tolist()]
+
+
+def _promised_first_at(
+    at: IntArray,
+    priority: IntArray,
+    held: BoolArray,
+    policy: Policy,
+    jobs: Sequence[Job],
+    promised: frozenset[str],
+) -> IntArray:
+    """``promised_first`` on the positions ``at`` of ``jobs`` (each job's class and whether
+    GPUs are held for it in ``priority`` and ``held``): a stable sort by class, then
+    promised or held before the rest, as one integer key."""
+    if policy.size is None:
+        return at
+    if not promised and not held.any() and policy.ordering in _BY_CLASS:
+        return at  # every key is its class's, in class order already
+    rest = ~held
+    if promised:
+        rest[[i for i, job in enumerate(jobs) if job.id in promised]] = False
+    keys = priority * 2 + rest
+    return at[np.argsort(keys[at], kind="stable")]
 
 
 def _new_pass(snap: Snapshot, policy: Policy, holdings: dict[str, dict[str, int]]) -> _Pass:
@@ -392,9 +460,10 @@ def _new_pass(snap: Snapshot, policy: Policy, holdings: dict[str, dict[str, int]
     return p
 
 
-def _fair(snap: Snapshot, holdings: dict[str, dict[str, int]], policy: Policy) -> FairOrder:
-    """Hierarchical fair share with DRF over the snapshot's queues (one flat tree if none),
-    shortest work first inside a class when the policy has a size rule."""
+def _fair(snap: Snapshot, holdings: dict[str, dict[str, int]], policy: Policy) -> _FairArgs:
+    """What ``fairshare.order`` and ``positions`` take after the jobs: hierarchical fair
+    share with DRF over the snapshot's queues (one flat tree if none), shortest work first
+    inside a class when the policy has a size rule."""
     tree = snap.quota or QuotaTree.build([])
     fleet = snap.state.tree
     capacity = (
@@ -402,17 +471,10 @@ def _fair(snap: Snapshot, holdings: dict[str, dict[str, int]], policy: Policy) -
         float(fleet.host_cpus.sum()),
         float(fleet.host_memory.sum()),
     )
-    return lambda jobs: fair_order(
-        jobs,
-        tree,
-        snap.usage,
-        capacity,
-        snap.now,
-        holdings,
-        policy.half_life_s,
-        policy.size,
-        snap.in_arrival_order,
-    )
+    return (tree, snap.usage, capacity, snap.now, holdings, policy.half_life_s, policy.size)
+
+
+_FairArgs = tuple[QuotaTree, Usage, Resources, float, Holdings, float, SizeRule | None]
 
 
 def _consider(

@@ -38,6 +38,7 @@ from boltforge.core.placement.modes import fits_empty
 from boltforge.core.placement.place import place_gang
 from boltforge.core.placement.routing import RoutingFacts
 from boltforge.core.policy import Ordering, Policy
+from boltforge.core.queueing.columns import QueueColumns
 from boltforge.core.queueing.quota import QueueSpec, QuotaTree
 from boltforge.core.queueing.runtimes import Finished, RuntimeHistory
 from boltforge.core.queueing.usage import Holding, carry
@@ -353,7 +354,7 @@ class Simulation:
         if self.learning:
             self.pending.update(self._expecting)
         promised = frozenset(r.job for r in self.reservations)
-        snap = self._snapshot(self.pending.in_arrival_order(), promised, in_arrival_order=True)
+        snap = self._snapshot(self.pending.in_arrival_order(), promised, self.pending.columns())
         result = run_cycle(snap, self.policy, explain=False)
         self.reservations = result.reservations
         self._apply(result)
@@ -370,8 +371,10 @@ class Simulation:
         self,
         pending: tuple[Job, ...],
         promised: frozenset[str] = frozenset(),
-        in_arrival_order: bool = False,
+        columns: QueueColumns | None = None,
     ) -> Snapshot:
+        """What a pass sees now; ``columns``: those of ``pending``, which is then in arrival
+        order."""
         window = self.policy.preempt_rules.churn_window_s
         self.recent = [(t, g) for t, g in self.recent if self.now - t < window]
         running = tuple(live.run for live in self.live.values())
@@ -386,7 +389,8 @@ class Simulation:
             routing=self._routing() if self.config.cost_routing else None,
             promised=promised,
             known_held=self.held,
-            in_arrival_order=in_arrival_order,
+            in_arrival_order=columns is not None,
+            columns=columns,
         )
 
     def _routing(self) -> RoutingFacts:

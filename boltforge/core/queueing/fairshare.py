@@ -30,16 +30,17 @@ slack first (overdue jobs included). Urgency never lifts a job above a more impo
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from itertools import pairwise
 from operator import attrgetter
 
 import numpy as np
 
+from boltforge.core.model.topology import IntArray
 from boltforge.core.model.workload import Job, Running, Usage
+from boltforge.core.queueing.columns import QueueColumns
 from boltforge.core.queueing.quota import Holdings, QuotaTree, held_by, lineage
-from boltforge.core.queueing.shortest import SizeRule, aged_works, fair_weight
+from boltforge.core.queueing.shortest import SizeRule, aged_works_of, fair_weight
 
 DEFAULT_HALF_LIFE_S = 7 * 86400.0
 URGENT_SLACK_S = 3600.0
@@ -72,7 +73,17 @@ def decay(usage: Usage, now: float, half_life_s: float, running: Iterable[Runnin
 
 
 def normalized_share(tree: QuotaTree, queue: str) -> float:
-    """``S``: the product, down the path to the resolved queue, of weight over siblings' weights."""
+    """``S``: the product, down the path to the resolved queue, of weight over siblings' weights
+    (remembered per tree and queue: the tree never changes)."""
+    key = ("normalized-share", queue)
+    known = tree.answers.get(key)
+    if known is None:
+        known = tree.answers[key] = _normalized_share(tree, queue)
+    assert isinstance(known, float)
+    return known
+
+
+def _normalized_share(tree: QuotaTree, queue: str) -> float:
     share = 1.0
     for q in tree.ancestors(queue)[:-1]:
         parent = lineage(q)[1]
@@ -162,20 +173,44 @@ def order(
     pending = _by_id_within_submit(jobs, arrived)
     if not pending:
         return []
-    middles: dict[str, float] = {}  # the factor negated, or its weight on aged work
-    held: dict[str, float] = {}
-    for q in {j.queue for j in pending}:
+    at = positions(
+        QueueColumns.of(pending), tree, usage, capacity, now, holdings, half_life_s, size
+    )
+    return [pending[i] for i in at.tolist()]
+
+
+def positions(
+    columns: QueueColumns,
+    tree: QuotaTree,
+    usage: Usage,
+    capacity: Resources,
+    now: float,
+    holdings: Holdings,
+    half_life_s: float = DEFAULT_HALF_LIFE_S,
+    size: SizeRule | None = None,
+) -> IntArray:
+    """``order`` for the jobs whose ``columns`` these are: the position of each job in the
+    order, first to last. Jobs tied on every key, submit time included, keep their order
+    in ``columns``, so the jobs must be in arrival order, or sorted by id, for the ties to
+    go by id."""
+    present = np.flatnonzero(np.bincount(columns.queue, minlength=len(columns.queues)))
+    middles = np.zeros(len(columns.queues))  # the factor negated, or its weight on aged work
+    held = np.zeros(len(columns.queues))
+    for code in present.tolist():
+        q = columns.queues[code]
         factor = fair_share_factor(tree, usage, q, capacity[0], half_life_s)
-        middles[q] = -factor if size is None else fair_weight(factor, size)
-        held[q] = float(sum(held_by(holdings, q).values()))
-    middle = np.fromiter((middles[j.queue] for j in pending), np.float64, len(pending))
+        middles[code] = -factor if size is None else fair_weight(factor, size)
+        held[code] = float(sum(held_by(holdings, q).values()))
+    middle = middles[columns.queue]
     if size is not None:  # each job's aged work times its queue's weight
-        middle = np.fromiter(aged_works(pending, now, size), np.float64, len(pending)) * middle
-    priority, submit, queue_gpus, cpus, memory, spare = _columns(pending, held, now)
-    dominant = dominant_shares(np.stack([queue_gpus, cpus, memory], axis=1), capacity)
-    urgent = spare < URGENT_SLACK_S  # NaN (no deadline) is never urgent
-    keys = (submit, dominant, middle, np.where(urgent, spare, 0.0), ~urgent, priority)
-    return [pending[i] for i in np.lexsort(keys).tolist()]
+        middle = aged_works_of(columns.work, columns.submit, now, size) * middle
+    queue_gpus = held[columns.queue]
+    demand = np.stack([queue_gpus, columns.cpus, columns.memory], axis=1)
+    dominant = dominant_shares(demand, capacity)
+    spare = columns.deadline - now - columns.runtime  # NaN without a deadline
+    urgent = spare < URGENT_SLACK_S  # NaN is never urgent
+    keys = (columns.submit, dominant, middle, np.where(urgent, spare, 0.0), ~urgent)
+    return np.lexsort((*keys, columns.priority.astype(np.float64)))
 
 
 def _by_id_within_submit(jobs: Iterable[Job], arrived: bool) -> list[Job]:
@@ -190,30 +225,6 @@ def _by_id_within_submit(jobs: Iterable[Job], arrived: bool) -> list[Job]:
     if any(a.id == b.id for a, b in pairwise(pending)):
         raise ValueError("job ids must be unique to order jobs")
     return pending
-
-
-_CLASS, _SUBMIT = attrgetter("priority"), attrgetter("submit_time")
-_CPUS, _MEMORY = attrgetter("total_cpus"), attrgetter("total_memory_gb")
-
-
-def _columns(jobs: list[Job], held: dict[str, float], now: float) -> list[np.ndarray]:
-    """The numbers ``order`` ranks ``jobs`` by, one array each: class, submit, queue GPUs
-    (``held`` by queue), CPUs, memory and slack (NaN without a deadline)."""
-    n = len(jobs)
-    gangs = [j.gang for j in jobs]
-    return [
-        np.fromiter(map(_CLASS, gangs), np.float64, n),
-        np.fromiter(map(_SUBMIT, jobs), np.float64, n),
-        np.fromiter((held[j.queue] for j in jobs), np.float64, n),
-        np.fromiter(map(_CPUS, gangs), np.float64, n),
-        np.fromiter(map(_MEMORY, gangs), np.float64, n),
-        np.fromiter((_slack_or_nan(j, now) for j in jobs), np.float64, n),
-    ]
-
-
-def _slack_or_nan(job: Job, now: float) -> float:
-    spare = slack(job, now)
-    return math.nan if spare is None else spare
 
 
 def dominant_shares(demand: np.ndarray, capacity: Resources) -> np.ndarray:

@@ -5,10 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from operator import attrgetter
 
+import numpy as np
+
+from boltforge.core.model.topology import IntArray
 from boltforge.core.model.workload import Job
 from boltforge.core.policy import Ordering, Policy
+from boltforge.core.queueing.columns import QueueColumns
 
 FairOrder = Callable[[list[Job]], list[Job]]
+FairPositions = Callable[[QueueColumns], IntArray]  # ``fairshare.positions``, bound
 
 
 def order_jobs(
@@ -36,6 +41,20 @@ def order_jobs(
     return sorted(jobs, key=_CLASS if arrived else _CLASS_ARRIVAL)
 
 
+def order_positions(
+    columns: QueueColumns, policy: Policy, now: float, fair: FairPositions | None
+) -> IntArray:
+    """``order_jobs`` for a queue in arrival order, read off its ``columns``: the position
+    of each job in the order, first to last (``fair`` as there, on the columns)."""
+    if policy.ordering == Ordering.FIFO:
+        return np.arange(len(columns))
+    if policy.ordering == Ordering.LAS:
+        return np.argsort(las_queues(columns, policy, now), kind="stable")
+    if policy.ordering == Ordering.FAIR and fair is not None:
+        return fair(columns)
+    return np.argsort(columns.priority, kind="stable")
+
+
 _ARRIVAL = attrgetter("submit_time", "id")
 _CLASS = attrgetter("gang.priority")  # ``Job.priority``
 _CLASS_ARRIVAL = attrgetter("gang.priority", "submit_time", "id")  # ``Job.priority`` first
@@ -51,3 +70,11 @@ def las_queue(job: Job, policy: Policy, now: float, started: float | None = None
     elif now - job.submit_time >= policy.starvation_s:
         return 0
     return len([t for t in policy.las_thresholds if attained >= t])
+
+
+def las_queues(columns: QueueColumns, policy: Policy, now: float) -> IntArray:
+    """``las_queue`` of each waiting job whose ``columns`` these are."""
+    thresholds = np.asarray(policy.las_thresholds, dtype=np.float64)
+    queues: IntArray = (columns.attained[:, None] >= thresholds[None, :]).sum(axis=1)
+    queues[now - columns.submit >= policy.starvation_s] = 0
+    return queues

@@ -109,6 +109,10 @@ class QuotaTree:
     specs: Mapping[str, QueueSpec]
     kids: Mapping[str, tuple[str, ...]]
     pots: Mapping[str, Mapping[str, int]]
+    # what is derived from the tree alone, remembered per question (``fairshare``)
+    answers: dict[object, object] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def build(cls, specs: Iterable[QueueSpec]) -> QuotaTree:

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
+from boltforge.core.model.topology import FloatArray
 from boltforge.core.model.workload import Job
 
 # A job that states neither an estimate nor a time limit is taken to run this long.
@@ -59,8 +62,19 @@ def aged_work(job: Job, now: float, rule: SizeRule) -> float:
 
 def aged_works(jobs: list[Job], now: float, rule: SizeRule) -> list[float]:
     """``aged_work`` of each of ``jobs`` in turn, for a whole queue at once."""
-    aging = rule.aging_s
-    return [work_left(j) * 2.0 ** (-max(now - j.submit_time, 0.0) / aging) for j in jobs]
+    works = np.fromiter(map(work_left, jobs), np.float64, len(jobs))
+    submits = np.fromiter((j.submit_time for j in jobs), np.float64, len(jobs))
+    aged: list[float] = aged_works_of(works, submits, now, rule).tolist()
+    return aged
+
+
+def aged_works_of(work: FloatArray, submit: FloatArray, now: float, rule: SizeRule) -> FloatArray:
+    """Each job's ``work`` left halved per ``aging_s`` waited since its ``submit`` time by
+    ``now`` (arrays in step, as ``QueueColumns`` has them). The halvings are raised to
+    powers of two one by one, as Python does it, so every figure is the same on every
+    machine whatever vector instructions its NumPy uses."""
+    halvings = -np.maximum(now - submit, 0.0) / rule.aging_s
+    return work * np.array([2.0**x for x in halvings.tolist()], dtype=np.float64)
 
 
 def fair_weight(factor: float, rule: SizeRule) -> float:

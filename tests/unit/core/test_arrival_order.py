@@ -1,5 +1,6 @@
 """Orders handed their jobs in arrival order (``Snapshot.in_arrival_order``) skip the sort by
-arrival; they must come out exactly as from any other order of the same jobs."""
+arrival, and orders read off a queue's columns (``Snapshot.columns``) skip reading every job;
+they must come out exactly as from any other order of the same jobs."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from hypothesis import strategies as st
 from boltforge.core.cycle import promised_first
 from boltforge.core.model.workload import Job
 from boltforge.core.policy import SHORTEST_AGED, Ordering, Policy
-from boltforge.core.queueing.ordering import order_jobs
+from boltforge.core.queueing.columns import QueueColumns
+from boltforge.core.queueing.ordering import las_queue, las_queues, order_jobs, order_positions
 from boltforge.testing.builders import make_gang
 
 NOW = 400_000.0
@@ -42,6 +44,21 @@ def test_an_order_given_arrival_order_is_the_order_of_any_permutation(
     policy = Policy("p", ordering=ordering)
     expected = order_jobs(list(jobs), policy, NOW, None)
     assert order_jobs(arrival(jobs), policy, NOW, None, arrived=True) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(queues(), st.sampled_from(list(Ordering)), st.sampled_from((NOW, 10.0)))
+def test_an_order_read_off_the_queues_columns_is_the_order_of_its_jobs(
+    jobs: list[Job], ordering: Ordering, now: float
+) -> None:
+    """What a caller that keeps its queue's columns (the simulator) gets: the same order,
+    and each job's LAS queue, as reading every job."""
+    policy = Policy("p", ordering=ordering)
+    queue = arrival(jobs)
+    columns = QueueColumns.of(queue)
+    at = order_positions(columns, policy, now, None)
+    assert [queue[i] for i in at] == order_jobs(queue, policy, now, None, arrived=True)
+    assert las_queues(columns, policy, now).tolist() == [las_queue(j, policy, now) for j in queue]
 
 
 @settings(max_examples=200, deadline=None)

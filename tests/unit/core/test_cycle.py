@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 from hypothesis import given, settings
@@ -17,6 +17,7 @@ from boltforge.core.model.topology import TopologyTree
 from boltforge.core.model.workload import Job, Running
 from boltforge.core.policy import POLICIES, Backfill, Policy
 from boltforge.core.preempt.victims import PreemptRules
+from boltforge.core.queueing.columns import QueueColumns
 from boltforge.testing.builders import make_fleet, make_gang
 
 ALL = tuple(range(8))
@@ -261,6 +262,20 @@ def test_a_pass_without_explanations_decides_the_same(world: World, name: str) -
     )
     looked_at = [(w.job, w.position) for w in bare.waiting]
     assert looked_at == [(w.job, w.position) for w in full.waiting][: len(looked_at)]
+
+
+@settings(max_examples=100, deadline=None)
+@given(worlds(), st.sampled_from(list(POLICIES)), st.booleans())
+def test_a_pass_that_reads_the_queues_columns_decides_the_same(
+    world: World, name: str, explain: bool
+) -> None:
+    """A caller that keeps its queue in arrival order with its columns (the simulator) gets
+    the same pass, to the last reason, as one that hands over the jobs alone."""
+    plain = snapshot(world)
+    pending = tuple(sorted(plain.pending, key=lambda j: (j.submit_time, j.id)))
+    kept = replace(plain, pending=pending, in_arrival_order=True, columns=QueueColumns.of(pending))
+    policy = POLICIES[name]
+    assert run_cycle(kept, policy, explain=explain) == run_cycle(plain, policy, explain=explain)
 
 
 # --- elastic starts and deadlines -------------------------------------------------------------
