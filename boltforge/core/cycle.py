@@ -181,12 +181,12 @@ def run_cycle(
     only the jobs it looked at.
     """
     holdings = snap.own_holdings()
-    ordered, columns = _order(snap, policy, holdings)  # 1.
+    ordered, columns, at = _order(snap, policy, holdings)  # 1.
     p = _new_pass(snap, policy, holdings)  # 2. snapshot
     p.reservations = list(reservations)
     p.estimates_left = policy.estimate_waits if explain else 0
     p.explain = explain
-    tail = None if explain else _Tail(ordered, policy, snap.now, columns)
+    tail = None if explain else _Tail(ordered, policy, snap.now, columns, at)
     ahead = len(ordered[: policy.lookahead])  # lookahead looks at the jobs before this position
     for position, job in enumerate(ordered):
         if tail is not None and tail.none_can_start(p, position):
@@ -235,10 +235,17 @@ class _Tail:
     """
 
     def __init__(
-        self, ordered: list[Job], policy: Policy, now: float, columns: QueueColumns | None
+        self,
+        ordered: list[Job],
+        policy: Policy,
+        now: float,
+        columns: QueueColumns | None,
+        at: IntArray | None,
     ) -> None:
         self.ordered, self.policy, self.now = ordered, policy, now
-        self.columns = columns  # of ``ordered``, in step, when the snapshot has them
+        # the snapshot's columns, if any, and the position in them of each of ``ordered``
+        # (None: in step with it)
+        self.columns, self.at = columns, at
         self._base: int | None = None  # the position the suffixes start at
         self._fits: tuple[np.ndarray, np.ndarray] | None = None  # fewest GPUs, own path
         self._ranks: tuple[np.ndarray, np.ndarray] | None = None  # class, standing code
@@ -279,9 +286,10 @@ class _Tail:
 
     def _columns(self) -> QueueColumns | None:
         """The columns of the jobs from the base on, when the snapshot has them."""
-        if self.columns is None:
-            return None
-        return self.columns.take(np.arange(self._base or 0, len(self.ordered)))
+        base = self._base or 0
+        if self.columns is None or self.at is None:
+            return None if self.columns is None else self.columns.since(base)
+        return self.columns.take(self.at[base:])
 
     def _fit_suffixes(self) -> tuple[np.ndarray, np.ndarray]:
         """From the base on: the fewest GPUs any job from each position wants, and whether
@@ -393,23 +401,25 @@ def schedule_arrival(
 
 def _order(
     snap: Snapshot, policy: Policy, holdings: dict[str, dict[str, int]]
-) -> tuple[list[Job], QueueColumns | None]:
+) -> tuple[list[Job], QueueColumns | None, IntArray | None]:
     """1. The pending jobs in the order the pass looks at them (``order_jobs``, then
-    ``promised_first``), and their columns in that order when the snapshot has them."""
+    ``promised_first``); when the snapshot has their columns, those too, with each job's
+    position in them in that order (None: the columns' own order)."""
     fair = _fair(snap, holdings, policy)
     arrived = snap.in_arrival_order
-    if snap.columns is None:
+    pending, columns = snap.pending, snap.columns
+    if columns is None:
 
         def by_share(jobs: list[Job]) -> list[Job]:
             return fair_order(jobs, *fair, arrived=arrived)
 
-        ordered = order_jobs(list(snap.pending), policy, snap.now, by_share, arrived)
-        return promised_first(ordered, policy, snap.promised), None
-    columns = snap.columns
+        ordered = order_jobs(list(pending), policy, snap.now, by_share, arrived)
+        return promised_first(ordered, policy, snap.promised), None, None
+    if policy.ordering == Ordering.FIFO and policy.size is None:
+        return list(pending), columns, None  # arrival order, which the columns are in
     at = order_positions(columns, policy, snap.now, lambda c: fair_positions(c, *fair))
-    pending = snap.pending
     at = _promised_first_at(at, columns.priority, columns.held, policy, pending, snap.promised)
-    return [pending[i] for i in at.tolist()], columns.take(at)
+    return [pending[i] for i in at.tolist()], columns, at
 
 
 def promised_first(ordered: list[Job], policy: Policy, promised: frozenset[str]) -> list[Job]:

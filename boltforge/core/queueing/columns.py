@@ -78,6 +78,10 @@ class QueueColumns:
         """The columns of the jobs at ``positions``, in that order."""
         return QueueColumns(self.table[:, positions], self.queue[positions], self.queues)
 
+    def since(self, start: int) -> QueueColumns:
+        """The columns of the jobs from position ``start`` on (a view of these)."""
+        return QueueColumns(self.table[:, start:], self.queue[start:], self.queues)
+
     def _field(self, name: str) -> FloatArray:
         out: FloatArray = self.table[FIELDS.index(name)]
         return out

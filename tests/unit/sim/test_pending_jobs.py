@@ -88,3 +88,17 @@ def test_the_columns_grow_past_their_first_room_and_shrink_back() -> None:
         pending.pop(job.id)
     assert len(pending.columns()) == 150
     assert_same_columns(pending.columns(), QueueColumns.of(pending.in_arrival_order()))
+
+
+def test_a_queue_served_at_its_front_and_fed_at_its_back_keeps_its_columns() -> None:
+    """A strict order's queue: each new job goes last and the first one leaves, far more
+    times than the columns have room for."""
+    pending = PendingJobs()
+    for i in range(40):
+        pending.put(make_job(i, float(i)))
+    for i in range(40, 1000):
+        pending.pop(pending.in_arrival_order()[0].id)
+        pending.put(make_job(i, float(i)))
+        if i % 97 == 0:
+            assert_same_columns(pending.columns(), QueueColumns.of(pending.in_arrival_order()))
+    assert_same_columns(pending.columns(), QueueColumns.of(pending.in_arrival_order()))
