@@ -3,8 +3,8 @@
 The orders (``ordering``, ``fairshare``) and the pass's tail (``cycle._Tail``) read a few
 numbers of every waiting job each pass. ``QueueColumns.of`` reads them off the jobs; a caller
 that keeps its queue from pass to pass (the simulator's ``PendingJobs``) keeps the columns
-too, row by row as jobs come and go (``row``), so a pass on a long queue reads arrays instead
-of every job.
+too, writing a job's column (``row``) as it comes and moving the rest as it goes, so a pass
+on a long queue reads arrays instead of every job.
 """
 
 from __future__ import annotations
