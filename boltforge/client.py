@@ -9,7 +9,7 @@ import random
 import ssl
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -26,12 +26,14 @@ from boltforge.wire.jobs import (
     FleetOut,
     JobDetail,
     JobList,
+    JobSummary,
     LogPage,
     NodeList,
     NodeOut,
     Problem,
     SubmitReply,
     SubmitRequest,
+    TeamLoad,
     TokenReply,
     TokenRequest,
     WhoAmI,
@@ -42,6 +44,7 @@ from boltforge.wire.services import GatewayLoad, ServiceList, ServiceRequest, Se
 T = TypeVar("T", bound=BaseModel)
 DEFAULT_SERVER = "http://127.0.0.1:8600"
 RETRIES = 3  # times a call the server shed for overload (429/503 + Retry-After) is sent again
+LISTED_IDS = 100  # job ids named per listing (``jobs(ids=...)``), a short request line
 MAX_RETRY_AFTER_S = 30.0  # the longest Retry-After honoured; a longer one is not waited out
 
 
@@ -192,9 +195,25 @@ class Client:
         path = f"/v1/services/{quote(name, safe='')}/load"
         return self._call("POST", path, ServiceSummary, json=load.model_dump(exclude_none=True))
 
-    def jobs(self, state: str | None = None, team: str | None = None) -> JobList:
+    def jobs(
+        self, state: str | None = None, team: str | None = None, ids: Sequence[str] = ()
+    ) -> JobList:
+        """Jobs in queue order (``GET /v1/jobs``): the first thousand live ones, or those in
+        ``state``; with ``ids``, only those jobs, asked for ``LISTED_IDS`` at a time and
+        joined in the order asked."""
         params = {k: v for k, v in (("state", state), ("team", team)) if v}
-        return self._call("GET", "/v1/jobs", JobList, params=params)
+        if not ids:
+            return self._call("GET", "/v1/jobs", JobList, params=params)
+        jobs: list[JobSummary] = []
+        others: dict[str, TeamLoad] = {}  # each team's load, summed over the batches
+        for start in range(0, len(ids), LISTED_IDS):
+            batch = {**params, "ids": ",".join(ids[start : start + LISTED_IDS])}
+            page = self._call("GET", "/v1/jobs", JobList, params=batch)
+            jobs += page.jobs
+            for load in page.others:
+                was = others.get(load.team)
+                others[load.team] = load if was is None else _plus(was, load)
+        return JobList(jobs=jobs, others=[others[t] for t in sorted(others)])
 
     def job(self, job_id: str) -> JobDetail:
         return self._call("GET", f"/v1/jobs/{job_id}", JobDetail)
@@ -321,3 +340,13 @@ def _failure(r: httpx.Response) -> ApiFailure:
         return ApiFailure(r.status_code, r.text[:500] or f"HTTP {r.status_code}")
     problems = [Problem.model_validate(p) for p in body.get("problems", [])]
     return ApiFailure(r.status_code, str(body.get("error", body)), problems)
+
+
+def _plus(a: TeamLoad, b: TeamLoad) -> TeamLoad:
+    """One team's load from two listings of different jobs."""
+    return TeamLoad(
+        team=a.team,
+        pending=a.pending + b.pending,
+        running=a.running + b.running,
+        gpus=a.gpus + b.gpus,
+    )

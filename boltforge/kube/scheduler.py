@@ -647,9 +647,12 @@ class KubeScheduler:
         """Why each waiting pod waits, as ``PodScheduled=False`` and an event, when it
         changed since it was last said."""
         listed = {}
-        if self.state.job_of:  # only waiting jobs have words to say (``_why``)
+        job_of = self.state.job_of
+        # only submitted jobs with pods waiting have words to say (``_why``)
+        mine = sorted({job_of[k] for k, g in all_gangs.items() if k in job_of and g.waiting})
+        if mine:
             with suppress(ApiFailure, OSError):
-                waiting = await asyncio.to_thread(self.api.jobs, "pending")
+                waiting = await asyncio.to_thread(self.api.jobs, "pending", ids=mine)
                 listed = {j.id: j for j in waiting.jobs}
         for key, gang in all_gangs.items():
             text, reason = self._why(key, gang, listed)

@@ -489,7 +489,7 @@ class SlurmBridge:
         mapped = {bf: sid for sid, bf in self.state.bf_of.items() if sid in self.jobs}
         if not mapped:
             return
-        listed = await asyncio.to_thread(self.api.jobs)
+        listed = await asyncio.to_thread(self.api.jobs, ids=sorted(mapped))
         await self._cancel_ended({s.id for s in listed.jobs})
         for summary in listed.jobs:
             sid = mapped.get(summary.id)

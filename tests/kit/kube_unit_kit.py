@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -213,6 +213,7 @@ class FakeJobs:
         self.cordoned: list[str] = []
         self.uncordoned: list[str] = []
         self.refuse: Exception | None = None
+        self.shown = 1000  # the jobs a listing without ids shows, as the real one its first 1,000
 
     def submit(self, req: SubmitRequest, key: str | None = None) -> Any:
         if self.refuse is not None:
@@ -227,7 +228,7 @@ class FakeJobs:
             raise ApiFailure(404, f"no job {job}")
         return SimpleNamespace(id=job, state=self.states[job])
 
-    def jobs(self, state: str | None = None) -> Any:
+    def jobs(self, state: str | None = None, ids: Sequence[str] = ()) -> Any:
         rows = [
             SimpleNamespace(
                 id=j,
@@ -236,9 +237,9 @@ class FakeJobs:
                 reason=self.queue.get(j, (None, ""))[1],
             )
             for j, s in self.states.items()
-            if state is None or s == state
+            if (state is None or s == state) and (not ids or j in ids)
         ]
-        return SimpleNamespace(jobs=rows)
+        return SimpleNamespace(jobs=rows if ids else rows[: self.shown])
 
     def cancel(self, job: str) -> Any:
         self.cancelled.append(job)

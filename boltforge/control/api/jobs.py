@@ -146,6 +146,9 @@ def _existing(rt: Runtime, key: str, who: Caller) -> SubmitReply | None:
     return SubmitReply(job=summary(row), tasks=tasks, created=False)
 
 
+MAX_LISTED_IDS = 500  # job ids one listing may name
+
+
 @router.get("")
 def list_jobs(
     who: People,
@@ -155,10 +158,19 @@ def list_jobs(
     ] = None,
     team: Annotated[str | None, Query(max_length=63)] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    ids: Annotated[
+        str | None,
+        Query(
+            max_length=MAX_LISTED_IDS * 65,
+            description=f"Comma-separated job ids: only these (at most {MAX_LISTED_IDS}).",
+        ),
+    ] = None,
 ) -> JobList:
-    """Jobs in queue order: live ones by default, or those in ``state``. A member sees the
-    other teams' work only in aggregate (``others``). An unknown state is a 422 naming it
-    and the known ones."""
+    """Jobs in queue order: live ones by default, or those in ``state``; only those named in
+    ``ids`` when given (a caller that follows its own jobs, such as the Slurm bridge, asks
+    for them rather than reading the first ``limit`` of everyone's). A member sees the
+    other teams' work only in aggregate (``others``). An unknown state, or more than
+    ``MAX_LISTED_IDS`` ids, is a 422 naming the field and the fix."""
     states = [x.strip() for x in (state or "").split(",") if x.strip()] or list(LIVE)
     unknown = [x for x in states if x not in KNOWN_STATES]
     if unknown:
@@ -166,10 +178,17 @@ def list_jobs(
         words = f"unknown state {', '.join(map(repr, unknown))}. {fix}"
         problem = Problem(field="state", value=",".join(unknown), message=words)
         raise ApiError(422, f"state: {words}", [problem])
+    wanted = [x.strip() for x in (ids or "").split(",") if x.strip()]
+    if len(wanted) > MAX_LISTED_IDS:
+        words = f"{len(wanted)} ids. To fix: ask for at most {MAX_LISTED_IDS} at a time"
+        problem = Problem(field="ids", value=f"{len(wanted)} ids", message=words)
+        raise ApiError(422, f"ids: {words}", [problem])
     with rt.db.session() as s:
         q = select(JobRow).where(JobRow.state.in_(states))
         if team:
             q = q.where(JobRow.team == team)
+        if wanted:
+            q = q.where(JobRow.id.in_(wanted))
         rows = list(s.scalars(q.order_by(JobRow.priority, JobRow.num, JobRow.id).limit(limit)))
         nodes = _nodes_of(s, [r.id for r in rows if r.state not in TERMINAL])
     visible = [r for r in rows if who.sees_team(r.team)]

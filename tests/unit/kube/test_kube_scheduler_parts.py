@@ -6,6 +6,8 @@ loop in tests/integration/test_kubernetes.py."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from kube_sched_rig import Rig, racks, rig
 from kube_unit_kit import knode, kpod, rspec
@@ -408,12 +410,24 @@ def test_a_running_job_or_one_the_queue_does_not_list_is_not_explained(r: Rig) -
     assert r.writes.conditions == []
 
 
+def test_every_waiting_gang_is_explained_however_many_jobs_a_listing_shows(r: Rig) -> None:
+    """The scheduler asks for its waiting jobs by id, not for the first of everyone's."""
+    r.jobs.shown = 1
+    r.nodes(knode("n1"))
+    for name in ("a", "b", "c"):
+        r.gang(name, 1)
+    r.passes()
+    r.passes(every_s=2)
+    said = {pod for pod, reason, _ in r.writes.conditions if reason == "Unschedulable"}
+    assert said == {"a-0", "b-0", "c-0"}
+
+
 def test_a_job_list_that_fails_leaves_the_pods_unexplained_until_it_works(r: Rig) -> None:
     r.nodes(knode("n1"))
     r.gang("llm", 1)
     listing = r.jobs.jobs
 
-    def down(state: str | None = None) -> None:
+    def down(state: str | None = None, ids: Sequence[str] = ()) -> None:
         raise ApiFailure(0, "unreachable")
 
     r.jobs.jobs = down  # type: ignore[method-assign]

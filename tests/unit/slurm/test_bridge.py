@@ -98,6 +98,7 @@ class FakeServer:
         self.states: dict[str, str] = {}
         self.cancelled: list[str] = []
         self.refuse_with: ApiFailure | None = None
+        self.shown = 1000  # the live jobs a listing without ids shows
 
     async def register(self, body: Registration) -> Lease:
         self.registered.append(body)
@@ -126,8 +127,11 @@ class FakeServer:
     def job(self, job: str) -> Any:
         return SimpleNamespace(id=job, state=self.states[job])
 
-    def jobs(self) -> Any:
+    def jobs(self, ids: Sequence[str] = ()) -> Any:
+        """Live jobs: the first ``shown`` of them, as the real listing shows its first
+        thousand, or those in ``ids``."""
         live = [j for j, s in self.states.items() if s not in ("succeeded", "failed", "cancelled")]
+        live = [j for j in live if j in ids] if ids else live[: self.shown]
         summaries = [
             SimpleNamespace(id=j, state=self.states[j], reason="capacity", nodes="", position=0)
             for j in live
@@ -279,6 +283,20 @@ def test_a_held_job_cancelled_in_boltforge_is_cancelled_in_slurm() -> None:
     b._next_comments = 0.0
     run(b)
     assert slurm.commands("cancel") == [("cancel", sid)]
+
+
+def test_every_job_gets_its_comment_however_many_the_server_lists_at_once() -> None:
+    """The bridge asks for its own jobs by id: a listing of everyone's first jobs would
+    leave the rest of its jobs without a word (and each would look ended)."""
+    slurm, server = FakeSlurm(), FakeServer()
+    server.shown = 1
+    sids = [slurm.submit(job_id=7 + i) for i in range(3)]
+    b = bridge(slurm, server)
+    run(b)
+    b._next_comments = 0.0
+    run(b)
+    for sid in sids:
+        assert slurm.queue[sid].comment.startswith("boltforge: waiting"), slurm.queue[sid]
 
 
 def test_a_job_the_server_refuses_gets_the_reason_in_its_comment_and_is_not_retried() -> None:

@@ -145,7 +145,7 @@ class Server:
     def job(self, job: str) -> Any:
         return SimpleNamespace(id=job, state=self.states[job])
 
-    def jobs(self) -> Any:
+    def jobs(self, ids: Sequence[str] = ()) -> Any:
         return SimpleNamespace(jobs=[])
 
     def cancel(self, job: str) -> None:
