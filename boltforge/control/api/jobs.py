@@ -161,7 +161,8 @@ def list_jobs(
     ids: Annotated[
         str | None,
         Query(
-            max_length=MAX_LISTED_IDS * 65,
+            max_length=8000,  # with the state and team, well within a request line
+            pattern=r"^[A-Za-z0-9_.,\- ]*$",
             description=f"Comma-separated job ids: only these (at most {MAX_LISTED_IDS}).",
         ),
     ] = None,

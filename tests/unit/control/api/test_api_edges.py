@@ -167,6 +167,8 @@ def test_oversize_submit_fields_are_refused_naming_the_field(
         ("/v1/jobs?limit=0", "query.limit"),
         ("/v1/jobs?state=" + "a" * 201, "query.state"),
         ("/v1/jobs?team=" + "t" * 64, "query.team"),
+        ("/v1/jobs?ids=" + "1," * 4001, "query.ids"),
+        ("/v1/jobs?ids=1,%F0%9B%AE%B7", "query.ids"),
         ("/v1/audit?limit=10001", "query.limit"),
         ("/v1/cost?since=" + "9" * 41, "query.since"),
     ],
