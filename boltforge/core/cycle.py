@@ -207,8 +207,7 @@ def run_cycle(
     )
 
 
-_PRIORITY, _HELD, _ELASTIC = attrgetter("priority"), attrgetter("held"), attrgetter("elastic")
-_ID = attrgetter("id")
+_HELD, _ELASTIC = attrgetter("held"), attrgetter("elastic")
 _JOB_GPUS, _JOB_CLASS = attrgetter("gang.total_gpus"), attrgetter("gang.priority")
 _BY_CLASS = (Ordering.FAIR, Ordering.PRIORITY)  # orders that rank by class first
 
@@ -249,6 +248,7 @@ class _Tail:
         self._base: int | None = None  # the position the suffixes start at
         self._fits: tuple[np.ndarray, np.ndarray] | None = None  # fewest GPUs, own path
         self._ranks: tuple[np.ndarray, np.ndarray] | None = None  # class, standing code
+        self._tail: QueueColumns | None = None  # ``_columns``, once taken
 
     def none_can_start(self, p: _Pass, i: int) -> bool:
         """Whether no job from position ``i`` on can start in this pass: strict order is
@@ -285,11 +285,14 @@ class _Tail:
         return self._base
 
     def _columns(self) -> QueueColumns | None:
-        """The columns of the jobs from the base on, when the snapshot has them."""
+        """The columns of the jobs from the base on, when the snapshot has them (taken once,
+        for both suffixes)."""
+        if self.columns is None or self._tail is not None:
+            return self._tail
         base = self._base or 0
-        if self.columns is None or self.at is None:
-            return None if self.columns is None else self.columns.since(base)
-        return self.columns.take(self.at[base:])
+        at = self.at
+        self._tail = self.columns.since(base) if at is None else self.columns.take(at[base:])
+        return self._tail
 
     def _fit_suffixes(self) -> tuple[np.ndarray, np.ndarray]:
         """From the base on: the fewest GPUs any job from each position wants, and whether

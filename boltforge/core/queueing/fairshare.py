@@ -210,7 +210,7 @@ def positions(
     spare = columns.deadline - now - columns.runtime  # NaN without a deadline
     urgent = spare < URGENT_SLACK_S  # NaN is never urgent
     keys = (columns.submit, dominant, middle, np.where(urgent, spare, 0.0), ~urgent)
-    return np.lexsort((*keys, columns.priority.astype(np.float64)))
+    return np.lexsort((*keys, columns.priority))
 
 
 def _by_id_within_submit(jobs: Iterable[Job], arrived: bool) -> list[Job]:
