@@ -125,10 +125,13 @@ class ReplicaSpec(_Wire):
     ``image``: run it as a container of that image (``agent/containers.py``), limited to
     ``cpus`` and ``memory_gb`` where they are above 0. ``outputs``: the paths collected after
     it as the job's artifacts (``agent/artifacts.py``). ``share``: the replica holds part of
-    GPU ``share.gpu`` only (a MIG instance or a fraction; ``gpus`` is then empty)."""
+    GPU ``share.gpu`` only (a MIG instance or a fraction; ``gpus`` is then empty). ``team``:
+    the job's team; a node runs a bare-process replica as that team's Unix user
+    (``agent/identity.py``)."""
 
     replica: str
     job: str
+    team: str = ""
     epoch: int
     action: Literal["run", "stop"]
     command: list[str] = []

@@ -280,10 +280,12 @@ def desired(mirror: Mirror, name: str) -> DesiredState | None:
             return None
         reps = [r for r in mirror.held_on(name) if r.state in LIVE_REPLICA]
         version = node.desired_version
+        teams = {r.job_id: job.team for r in reps if (job := mirror.jobs.get(r.job_id))}
     out = [
         ReplicaSpec(
             replica=r.id,
             job=r.job_id,
+            team=teams.get(r.job_id, ""),
             epoch=r.epoch,
             action="stop" if r.state == "stopping" else "run",
             command=r.spec.get("command", []),
