@@ -37,7 +37,7 @@ from typing import Any
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi, PolicyV1Api, SchedulingV1Api
 from kubernetes.client.exceptions import ApiException
 
-from boltforge.agent.client import AgentClientError, ServerClient
+from boltforge.agent.client import AgentClientError, Refused, ServerClient
 from boltforge.client import ApiFailure, Client
 from boltforge.kube import model
 from boltforge.kube.actions import KubeWrites
@@ -49,15 +49,17 @@ from boltforge.kube.model import JOB, REPLICA, KubePod
 from boltforge.kube.state import Placed, SchedulerState, adopted, replica_event
 from boltforge.kube.translate import (
     COMMAND,
+    NO_GPUS,
     Labels,
     Unplaceable,
+    changes,
     cordoned,
     inventory,
     job_spec,
     priority,
     shape,
 )
-from boltforge.wire.agent import AgentReport, Heartbeat, Registration, ReplicaSpec
+from boltforge.wire.agent import AgentReport, Heartbeat, Inventory, Registration, ReplicaSpec
 from boltforge.wire.jobs import TERMINAL, SubmitRequest
 
 log = logging.getLogger("boltforge.kube")
@@ -264,21 +266,51 @@ class KubeScheduler:
         for name in [n for n in names if n in state.leases and not _ready(nodes.get(n))]:
             del state.leases[name]
             log.warning("node %s is not Ready: letting its lease run out", name)
-        new = [nodes[n] for n in names if _ready(nodes.get(n)) and n not in state.leases]
+        due = self._to_register(nodes, names)
         sem = asyncio.Semaphore(64)
 
-        async def register(node: model.KubeNode) -> None:
+        async def register(node: model.KubeNode, inv: Inventory) -> None:
             async with sem:
-                inv = inventory(node, self.options.labels)
+                was = state.registered.get(node.name)
+                if node.name in state.leases and was is not None:
+                    log.info(
+                        "node %s changed (%s): registering it again", node.name, changes(was, inv)
+                    )
                 reg = Registration(
                     inventory=inv, running=self.state.statuses(node.name), agent_version="k8s"
                 )
-                self.state.leases[node.name] = await self.agents.register(reg)
+                try:
+                    self.state.leases[node.name] = await self.agents.register(reg)
+                except Refused as e:
+                    state.refused_nodes[node.name] = "; ".join([e.error, *e.problems])
+                    log.warning("node %s: the server refused it: %s", node.name, e)
+                    return
+                state.registered[node.name] = inv
+                state.refused_nodes.pop(node.name, None)
+                if not inv.gpus:
+                    log.warning("node %s: %s", node.name, NO_GPUS)
 
-        await asyncio.gather(*(register(n) for n in new))
+        await asyncio.gather(*(register(n, inv) for n, inv in due))
         for name in names:
             if name in nodes:
                 await self._cordon(nodes[name])
+
+    def _to_register(
+        self, nodes: Mapping[str, model.KubeNode], names: list[str]
+    ) -> list[tuple[model.KubeNode, Inventory]]:
+        """The Ready nodes of ``names`` to register: those without a lease, and those whose
+        inventory changed since it was registered (GPUs the device plugin reported after the
+        node was Ready, GPU feature discovery's or the admin's labels)."""
+        due = []
+        for name in names:
+            node = nodes.get(name)
+            if not _ready(node):
+                continue
+            assert node is not None
+            inv = inventory(node, self.options.labels)
+            if name not in self.state.leases or self.state.registered.get(name) != inv:
+                due.append((node, inv))
+        return due
 
     async def _cordon(self, node: model.KubeNode) -> None:
         blocked = cordoned(node, self.options.labels)

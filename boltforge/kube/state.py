@@ -12,7 +12,7 @@ from typing import Literal
 from boltforge.kube.desired import DesiredStates
 from boltforge.kube.gangs import GangKey
 from boltforge.kube.model import JOB, REPLICA, KubePod
-from boltforge.wire.agent import Lease, ReplicaEvent, ReplicaStatus
+from boltforge.wire.agent import Inventory, Lease, ReplicaEvent, ReplicaStatus
 
 
 @dataclass
@@ -58,6 +58,8 @@ def adopted(pod: KubePod) -> Placed | None:
 @dataclass
 class SchedulerState:
     leases: dict[str, Lease] = field(default_factory=dict)
+    registered: dict[str, Inventory] = field(default_factory=dict)  # as last registered
+    refused_nodes: dict[str, str] = field(default_factory=dict)  # node -> the server's words
     beat_due: float = 0.0  # when the leases are next renewed
     desired: DesiredStates = field(default_factory=DesiredStates)
     job_of: dict[GangKey, str] = field(default_factory=dict)

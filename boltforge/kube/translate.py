@@ -68,6 +68,18 @@ def inventory(node: KubeNode, labels: Labels) -> Inventory:
     )
 
 
+NO_GPUS = (
+    "it reports no nvidia.com/gpu allocatable, so it counts as a node without GPUs; its GPUs "
+    "count once the NVIDIA device plugin reports them (kubectl describe node: Allocatable)"
+)
+
+
+def changes(old: Inventory, new: Inventory) -> str:
+    """What differs between two inventories of a node, as ``field old -> new`` words."""
+    was, now = old.model_dump(), new.model_dump()
+    return ", ".join(f"{k} {was[k]} -> {now[k]}" for k in now if was.get(k) != now[k])
+
+
 def cordoned(node: KubeNode, labels: Labels) -> bool:
     """New pods may not land on ``node``: it is unschedulable, or has a NoSchedule or
     NoExecute taint that is not in ``labels.tolerated``."""
@@ -136,6 +148,12 @@ def job_spec(
     namespace. Raises ``Unplaceable`` for a pod that asks more GPUs than any node has."""
     first = next(iter(gang.roles.values()))[0]
     for pods in gang.roles.values():
+        if pods[0].gpus and not largest_node:
+            raise Unplaceable(
+                f"pod {pods[0].name} asks for {pods[0].gpus} GPUs ({GPU_WORDS}) and no Ready "
+                "node reports nvidia.com/gpu allocatable yet; it waits until the NVIDIA device "
+                "plugin reports the nodes' GPUs (kubectl describe node: Allocatable)"
+            )
         if pods[0].gpus > largest_node:
             raise Unplaceable(
                 f"pod {pods[0].name} asks for {pods[0].gpus} GPUs ({GPU_WORDS}) and the "

@@ -17,9 +17,13 @@ def node_json(
     ready: bool = True,
     unschedulable: bool = False,
     taints: list[dict[str, str]] | None = None,
+    labels: dict[str, str] | None = None,
+    bare: bool = False,
 ) -> dict[str, Any]:
-    """A GPU node with GPU feature discovery's labels and a Boltforge rack label."""
-    return {
+    """A GPU node with GPU feature discovery's labels, a Boltforge rack label and ``labels``;
+    ``bare``: as it first joins, Ready before the device plugin, GPU feature discovery and
+    the admin have spoken (no GPUs allocatable, none of those labels)."""
+    obj: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
@@ -39,6 +43,12 @@ def node_json(
             "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
         },
     }
+    if bare:
+        obj["metadata"]["labels"] = {}
+        for key in ("allocatable", "capacity"):
+            del obj["status"][key]["nvidia.com/gpu"]
+    obj["metadata"]["labels"].update(labels or {})
+    return obj
 
 
 def pod_json(

@@ -161,6 +161,7 @@ class FakeAgents:
         self.session_lost: set[str] = set()
         self.beat_error: Exception | None = None
         self.register_error: Exception | None = None
+        self.refuse_nodes: dict[str, Exception] = {}  # node -> what its registration raises
         self.changes: list[DesiredChanges] = []
         self.asked: list[int] = []
 
@@ -171,6 +172,8 @@ class FakeAgents:
     async def register(self, body: Registration) -> Lease:
         if self.register_error is not None:
             raise self.register_error
+        if body.inventory.name in self.refuse_nodes:
+            raise self.refuse_nodes[body.inventory.name]
         self.registered.append(body)
         return self.lease(body.inventory.name)
 
