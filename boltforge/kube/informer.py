@@ -34,7 +34,10 @@ class Informer(Generic[T]):
     """A cache of one kind of object, by ``namespace/name`` (or ``name``). ``lister`` is a
     client list call (``CoreV1Api.list_pod_for_all_namespaces``, a ``CustomObjectsApi`` list
     bound to its group), called with the watch arguments; ``selectors`` go to both the list
-    and the watch. ``lists`` counts the lists made (the first and every relist)."""
+    and the watch. ``lists`` counts the lists made (the first and every relist). With
+    ``absent`` (the words to log), a list answered 404 means the kind is not installed: the
+    cache is synced and empty, ``absent`` is True, and the list is tried again every
+    ``recheck_s`` (see ``_not_served``); without it, a 404 is retried like any error."""
 
     def __init__(
         self,
@@ -45,9 +48,13 @@ class Informer(Generic[T]):
         *,
         watch_s: int = 240,
         selectors: Mapping[str, str] | None = None,
+        absent: str = "",
+        recheck_s: float = 30.0,
     ) -> None:
         self.kind, self.lister, self.parse, self.on_change = kind, lister, parse, on_change
         self.watch_s = watch_s
+        self.absent_words, self.recheck_s = absent, recheck_s
+        self.absent = False  # the server does not serve this kind (its list answered 404)
         self.selectors = dict(selectors or {})
         self.items: dict[str, T] = {}
         self.lock = threading.Lock()
@@ -99,15 +106,34 @@ class Informer(Generic[T]):
                 if isinstance(e, ApiException) and e.status == GONE:
                     self.version = None
                     continue
+                if isinstance(e, ApiException) and e.status == 404 and self.absent_words:
+                    self._not_served()
+                    self._stop.wait(self.recheck_s)
+                    continue
                 if not self._stop.is_set():
                     log.warning("%s watch failed, retrying: %s", self.kind, _short(e))
                     self._stop.wait(backoff.next())
+
+    def _not_served(self) -> None:
+        """The server answered 404 to the list: the kind is not installed (a CRD). Counts
+        as synced with no objects, says so once (``absent``), and is listed again every
+        ``recheck_s`` so that installing it later is noticed."""
+        self.version = None
+        if not self.absent:
+            log.error("%s: %s", self.kind, self.absent_words)
+            with self.lock:
+                self.items, self._changed, self.absent = {}, None, True
+        self.synced.set()
+        self.on_change()
 
     def _list(self) -> None:
         response = self.lister(_preload_content=False, _request_timeout=30, **self.selectors)
         body = json.loads(response.data)
         items = {_key(o): self.parse(o) for o in body.get("items") or []}
+        if self.absent:
+            log.info("%s: served now; listed %d", self.kind, len(items))
         with self.lock:
+            self.absent = False
             self.items = items
             self._changed = None
             self.version = body["metadata"]["resourceVersion"]

@@ -64,6 +64,11 @@ from boltforge.wire.jobs import TERMINAL, SubmitRequest
 
 log = logging.getLogger("boltforge.kube")
 FULL_BEAT_S = 30.0  # how often heartbeats list what every node runs, changed or not
+CRD_MISSING = (
+    "the PodGroup CRD (podgroups.scheduling.x-k8s.io, v1alpha1) is not installed: gangs of "
+    "boltforge.io/gang annotations are placed, pods that name a PodGroup wait. To fix: "
+    "kubectl apply -f deploy/kubernetes/podgroup-crd.yaml"
+)
 NOT_FROM_KUBE = (
     "these nodes are scheduled through Kubernetes, which runs only pods; create the job's "
     "pods with schedulerName: boltforge"
@@ -130,6 +135,7 @@ class KubeScheduler:
             _custom_lister(custom, "scheduling.x-k8s.io", "v1alpha1", "podgroups"),
             model.pod_group,
             self.poke,
+            absent=CRD_MISSING,
         )
         self.classes = Informer(
             "priorityclasses",
@@ -703,6 +709,8 @@ class KubeScheduler:
         if key in self.state.refused:
             return f"boltforge: refused: {self.state.refused[key]}", "Unschedulable"
         job = self.state.job_of.get(key)
+        if job is None and key.kind == "podgroup" and self.groups.absent:
+            return f"boltforge: {CRD_MISSING}", "PodGroupCRDMissing"
         if job is None:
             why = gang.not_ready()
             return (f"boltforge: {why}", "GangIncomplete") if why else ("", "")
