@@ -27,6 +27,7 @@ from boltforge.control.store.db import Database
 from boltforge.control.store.leadership import LeaseTimes
 from boltforge.control.store.mirror import Mirror
 from boltforge.control.store.models import TokenRow
+from boltforge.control.tokencache import TTL_S, TokenCache
 from boltforge.control.views.utilization import History, fragmentation_index, sample
 from boltforge.core.health import HealthRules
 from boltforge.core.policy import named
@@ -82,11 +83,18 @@ class ServerConfig:
     max_in_flight_agents: int = 4096
     rate_per_caller: float = 0.0
     rate_burst: float = 0.0
+    # Request bodies (boltforge/control/api/bodies.py): the most bytes of a person's request
+    # and of an agent-protocol request (batched heartbeats and reports of many nodes).
+    max_body: int = 2 << 20
+    max_agent_body: int = 64 << 20
     # Replicas on one store (``control/replicas.py``): this replica's name (empty: no leader
     # election, this server acts alone), the address the others send clients to, the lease.
     replica: str = ""
     advertise_url: str = ""
     leader_lease: LeaseTimes = field(default_factory=LeaseTimes)
+    # How long a server trusts a token it remembers before it checks the store for
+    # revocations (``control/tokencache.py``): a revoked token stops working within this.
+    token_cache_s: float = TTL_S
 
 
 class Runtime:
@@ -123,8 +131,7 @@ class Runtime:
         self.intake = Intake(self.db, self._stored)
         self.agent_writes = Batcher(self.db, self.scheduler.lock, "agent-writes", read_ahead)
         self.feed = Feed(self.agent_writes, self.scheduler, config.terms)
-        self._tokens: dict[str, Caller] = {}
-        self._tokens_lock = threading.Lock()
+        self.tokens = TokenCache(self.db, clock, config.token_cache_s)
         self._views = Caches()  # the fleet and worlds built for replies, not for passes
         self._views_lock = threading.Lock()
         self._view: tuple[int, World | None] = (-1, None)
@@ -185,24 +192,15 @@ class Runtime:
                     create_token(s, name, role, None, self.clock(), token)
 
     def known_caller(self, token: str) -> Caller | None:
-        """Who holds ``token``, if already looked up (no store access)."""
-        with self._tokens_lock:
-            return self._tokens.get(digest(token))
+        """Who holds ``token``, if already looked up (no store access; it may since have
+        been revoked: ``tokens.current`` says whether it still works)."""
+        return self.tokens.known(token)
 
     def caller(self, token: str) -> Caller | None:
-        """Who holds ``token`` (remembered after the first lookup)."""
-        key = digest(token)
-        known = self.known_caller(token)
-        if known is not None:
-            return known
-        with self.db.session() as s:
-            row = s.scalar(select(TokenRow).where(TokenRow.digest == key))
-        if row is None:
-            return None
-        found = Caller(row.name, row.role, row.team)
-        with self._tokens_lock:
-            self._tokens[key] = found
-        return found
+        """Who holds ``token``, if it still works (remembered after the first lookup, for
+        ``config.token_cache_s`` at a time; reads the store: call it from a thread)."""
+        found = self.tokens.lookup(token)
+        return found if isinstance(found, Caller) else None
 
     def fleet(self) -> Fleet:
         """The fleet over the registered nodes, for checks at submit (from the mirror,

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 JobState = Literal[
     "pending",
@@ -277,19 +278,62 @@ class FleetOut(_Reply):
     loop: LoopOut = LoopOut()
 
 
+NODE_PATTERN = r"^[A-Za-z0-9_.*?\[\]!-]{1,63}$"  # a node name, or an fnmatch glob of names
+MAX_TOKEN_S = 10 * 365 * 86400.0  # the longest a token may be made to last
+
+
 class TokenRequest(_Request):
-    """``POST /v1/tokens`` (admins): a token for a person or an agent."""
+    """``POST /v1/tokens`` (admins): a token for a person or an agent. ``nodes``: an agent
+    token's node names or glob patterns (``*``: every node, for a bridge); without them it
+    claims the nodes it is the first to act for. ``expires_in_s``: it stops working that many
+    seconds from now (None: when revoked)."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,62}$")
     role: Literal["admin", "member", "viewer", "agent"]
     team: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+    nodes: list[str] | None = Field(None, min_length=1, max_length=1000)
+    expires_in_s: float | None = Field(None, gt=0, le=MAX_TOKEN_S)
+
+    @field_validator("nodes")
+    @classmethod
+    def _node_patterns(cls, nodes: list[str] | None) -> list[str] | None:
+        for n in nodes or ():
+            if not re.match(NODE_PATTERN, n):
+                raise ValueError(
+                    f"{n!r} is not a node name or pattern (letters, digits, _.- and the glob "
+                    "characters *?[]!, at most 63)"
+                )
+        return nodes
 
 
 class TokenReply(_Reply):
+    """The token made (its secret shown this once), and how it is bound."""
+
     name: str
     role: str
     team: str | None = None
     token: str
+    id: int | None = None
+    nodes: list[str] | None = None
+    expires_at: float | None = None
+
+
+class TokenOut(_Reply):
+    """``GET /v1/tokens`` (admins): one token, never its secret. ``nodes``: the names or
+    patterns an agent token is bound to (None: it claims nodes on first use); ``claimed``:
+    the nodes it claimed. ``state``: ``active``, ``expired`` or ``revoked``."""
+
+    id: int
+    name: str
+    role: str
+    team: str | None = None
+    nodes: list[str] | None = None
+    claimed: list[str] = []
+    created_at: float
+    expires_at: float | None = None
+    last_used_at: float | None = None
+    revoked_at: float | None = None
+    state: str = "active"
 
 
 class WhoAmI(_Reply):

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Header, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
-from boltforge.control.api.deps import People, Rt, role
+from boltforge.control.api.deps import People, Rt, for_nodes, role
 from boltforge.control.api.errors import ERRORS, ApiError
 from boltforge.control.api.jobs import visible_job
 from boltforge.control.jobs.artifacts import BadArtifact, artifact_name
@@ -36,8 +36,9 @@ async def upload(
     request: Request,
     x_sha256: Annotated[str, Header()] = "",
 ) -> Artifact:
-    """Keep one output file of ``replica`` (see the module docstring)."""
-    await agent(request)
+    """Keep one output file of ``replica`` (see the module docstring); an agent token only
+    for its own nodes."""
+    await for_nodes(request, await agent(request), [node])
     rt: Runtime = request.app.state.runtime
     job, rank, epoch = await run_in_threadpool(_ran_on, rt, node, replica)
     try:

@@ -3,12 +3,14 @@
 Each is one flat dependency that reads the request itself (no sub-dependencies to solve per
 request: that bookkeeping costs more than the check). They are coroutines so FastAPI runs
 them on the event loop rather than handing each to a worker thread; a token not seen before
-is looked up in the store in a thread.
+is looked up in the store in a thread, and so is a remembered one every few seconds
+(``control/tokencache.py``: revoked tokens stop working within that).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -36,11 +38,33 @@ async def caller(request: Request) -> Caller:
             "no API token. To fix: send `Authorization: Bearer <token>` "
             "(bolt reads it from BOLT_TOKEN)",
         )
-    found = rt.known_caller(token) or await run_in_threadpool(rt.caller, token)
+    found: Caller | str | None = rt.tokens.current(token)
     if found is None:
-        raise ApiError(401, "unknown API token. To fix: ask an admin for a token")
+        found = await run_in_threadpool(rt.tokens.lookup, token)
+    if not isinstance(found, Caller):
+        raise ApiError(401, f"{found} API token. To fix: ask an admin for a token")
     source = request.client.host if request.client else ""
-    return Caller(found.name, found.role, found.team, source)
+    return replace(found, source=source)
+
+
+async def for_nodes(
+    request: Request, who: Caller, nodes: Sequence[str], registering: bool = False
+) -> None:
+    """403 unless ``who`` may speak for every one of ``nodes`` in the agent protocol (see
+    ``control/auth.py``): checked in memory, and in the store (where a claiming token
+    claims a node no live token holds) only for a node its remembered scope does not allow,
+    or when it registers one."""
+    if who.role == "admin":
+        return
+    outside = list(nodes) if registering else [n for n in nodes if not who.acts_for_node(n)]
+    if not outside:
+        return
+    rt: Runtime = request.app.state.runtime
+    refused = await run_in_threadpool(rt.tokens.authorize, who, outside, registering)
+    if refused:
+        first = f"{len(refused)} nodes refused; the first: " if len(refused) > 1 else ""
+        raise ApiError(403, first + refused[0])
+    rt.notifier.notify(f"node:{n}" for n in outside)
 
 
 def role(*allowed: str) -> Callable[[Request], Awaitable[Caller]]:

@@ -197,7 +197,13 @@ class RankProgressRow(Base):
 
 
 class TokenRow(Base):
-    """An API token (stored as its SHA-256), for a person or an agent, with a role."""
+    """An API token (stored as its SHA-256), for a person or an agent, with a role.
+
+    ``nodes``: for an agent token, the node names or glob patterns it may act for, as the
+    admin bound it (``["*"]``: every node, a bridge's token); None: it claims each node it is
+    the first to use (``NodeClaimRow``). ``expires_at``: when it stops working (None: never).
+    ``revoked_at``: when an admin revoked it (None: not revoked). ``last_used_at``: when a
+    server last took it, to the minute (None: never)."""
 
     __tablename__ = "tokens"
 
@@ -207,6 +213,22 @@ class TokenRow(Base):
     team: Mapped[str | None] = mapped_column(String(63))
     digest: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[float] = mapped_column(Float)
+    nodes: Mapped[list[str] | None] = mapped_column(JSON(none_as_null=True), default=None)
+    expires_at: Mapped[float | None] = mapped_column(Float, default=None)
+    revoked_at: Mapped[float | None] = mapped_column(Float, default=None)
+    last_used_at: Mapped[float | None] = mapped_column(Float, default=None)
+
+
+class NodeClaimRow(Base):
+    """Which agent token a node belongs to: the one that first acted for it, or the last
+    token bound to it by name or pattern that registered it. A claim held by a revoked or
+    expired token no longer counts."""
+
+    __tablename__ = "node_claims"
+
+    node: Mapped[str] = mapped_column(String(63), primary_key=True)
+    token_id: Mapped[int] = mapped_column(Integer, ForeignKey("tokens.id"), index=True)
+    at: Mapped[float] = mapped_column(Float)
 
 
 class AuditRow(Base):

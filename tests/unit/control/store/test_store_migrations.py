@@ -37,6 +37,11 @@ ADDED: list[tuple[str, str, str | None]] = [
     ("0008", "services", None),
     ("0008", "jobs", "service"),
     ("0008", "runs", "gpu_share"),
+    ("0009", "tokens", "nodes"),
+    ("0009", "tokens", "expires_at"),
+    ("0009", "tokens", "revoked_at"),
+    ("0009", "tokens", "last_used_at"),
+    ("0009", "node_claims", None),
 ]
 
 

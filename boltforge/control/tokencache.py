@@ -1,0 +1,167 @@
+"""The callers a server remembers, so that most requests never read the store for their token.
+
+A remembered caller is trusted for ``ttl_s`` (5 s by default) after the server last read the
+tokens' change counter (``auth.generation``); then the next request reads the counter again
+(one small query for every token at once) and, when it moved (a token was revoked, or a
+node's claim changed, on this server or on another replica sharing the store), every
+remembered caller is forgotten. So a revoked token stops working on every replica within
+``ttl_s`` and a moment, and a token past its ``expires_at`` at once. When each token was
+last used is written back at most once a minute (``USED_EVERY_S``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from sqlalchemy import update
+from sqlalchemy.exc import SQLAlchemyError
+
+from boltforge.control import auth
+from boltforge.control.auth import Caller
+from boltforge.control.store.db import Database
+from boltforge.control.store.models import TokenRow
+
+log = logging.getLogger(__name__)
+TTL_S = 5.0
+USED_EVERY_S = 60.0
+
+
+class TokenCache:
+    """Callers by token digest, checked against the store's change counter every ``ttl_s``
+    (``monotonic`` seconds); ``clock`` is the server's time, against which tokens expire.
+    When tokens were last used is written back every ``used_every_s`` at most."""
+
+    def __init__(
+        self,
+        db: Database,
+        clock: Callable[[], float],
+        ttl_s: float = TTL_S,
+        monotonic: Callable[[], float] = time.monotonic,
+        used_every_s: float = USED_EVERY_S,
+    ) -> None:
+        self.db, self.clock, self.ttl_s, self.monotonic = db, clock, ttl_s, monotonic
+        self.used_every_s = used_every_s
+        self._lock = threading.Lock()
+        self._by_digest: dict[str, Caller] = {}
+        self._by_id: dict[int, Caller] = {}
+        self._generation: int | None = None
+        self._checked = float("-inf")
+        self._used: dict[int, float] = {}
+        self._written = monotonic()
+
+    def known(self, token: str) -> Caller | None:
+        """The caller remembered for ``token``, current or not (no store access)."""
+        return self._by_digest.get(auth.digest(token))
+
+    def current(self, token: str) -> Caller | None:
+        """The caller remembered for ``token`` while that memory is current and the token has
+        not expired (no store access); None: ask ``lookup``."""
+        if self.monotonic() - self._checked > self.ttl_s:
+            return None
+        found = self._by_digest.get(auth.digest(token))
+        if found is None:
+            return None
+        now = self.clock()
+        if found.expired(now):
+            return None
+        if found.token_id is not None:
+            self._used[found.token_id] = now
+        return found
+
+    def lookup(self, token: str) -> Caller | str:
+        """The caller holding ``token`` (read from the store when not remembered), or why
+        there is none: ``unknown``, ``revoked`` or ``expired``. Reads the store: call it
+        from a worker thread."""
+        self._revalidate()
+        found = self.current(token)
+        if found is not None:
+            return found
+        key = auth.digest(token)
+        with self.db.session() as s:
+            loaded = auth.load(s, key, self.clock())
+        if isinstance(loaded, Caller):
+            self._remember(key, loaded)
+            if loaded.token_id is not None:
+                self._used[loaded.token_id] = self.clock()
+        return loaded
+
+    def latest(self, who: Caller) -> Caller:
+        """The newest remembered form of ``who`` (its claims may have grown since)."""
+        return self._by_id.get(who.token_id, who) if who.token_id is not None else who
+
+    def authorize(self, who: Caller, nodes: Sequence[str], registering: bool = False) -> list[str]:
+        """Let ``who`` act for ``nodes``, claiming those it may claim (see ``auth.claim``),
+        after reading its token again; the reasons for the nodes it may not act for (empty:
+        it may act for all). Reads and may write the store: call it from a worker thread."""
+        refused: list[str] = []
+        with self.db.session() as s:
+            now = self.clock()
+            row = s.get(TokenRow, who.token_id) if who.token_id is not None else None
+            if who.token_id is not None and (row is None or auth.state_of(row, now) != "active"):
+                return [f"token {who.name} no longer works. To fix: ask an admin for a token"]
+            fresh = replace(auth.caller_of(s, row), source=who.source) if row else who
+            for node in nodes:
+                if not registering and fresh.acts_for_node(node):
+                    continue
+                reason = auth.claim(s, fresh, node, now, registering)
+                if reason is not None:
+                    refused.append(reason)
+                elif fresh.nodes is not None and not fresh.nodes.allows(node):
+                    fresh = replace(fresh, nodes=fresh.nodes.with_claim(node))
+        if row is not None:
+            self._remember(row.digest, replace(fresh, source=""))
+        return refused
+
+    def forget(self) -> None:
+        """Forget every remembered caller and read the change counter at the next request
+        (after this server changed a token)."""
+        with self._lock:
+            self._by_digest.clear()
+            self._by_id.clear()
+            self._checked = float("-inf")
+
+    def _remember(self, key: str, who: Caller) -> None:
+        with self._lock:
+            self._by_digest[key] = who
+            if who.token_id is not None:
+                self._by_id[who.token_id] = who
+
+    def _revalidate(self) -> None:
+        """Read the change counter when ``ttl_s`` passed since the last read; forget every
+        remembered caller when it moved. Writes back when tokens were last used, at most
+        every ``USED_EVERY_S``."""
+        with self._lock:
+            if self.monotonic() - self._checked <= self.ttl_s:
+                return
+            with self.db.session() as s:
+                seen = auth.generation(s)
+            if seen != self._generation:
+                self._by_digest.clear()
+                self._by_id.clear()
+                self._generation = seen
+            self._checked = self.monotonic()
+            used = self._take_used()
+        if used:
+            self._write_used(used)
+
+    def _take_used(self) -> dict[int, float]:
+        if self.monotonic() - self._written < self.used_every_s or not self._used:
+            return {}
+        used, self._used = self._used, {}
+        self._written = self.monotonic()
+        return used
+
+    def _write_used(self, used: dict[int, float]) -> None:
+        """Store when each token was last used; a failure only loses that (logged)."""
+        try:
+            with self.db.session() as s:
+                s.execute(
+                    update(TokenRow),
+                    [{"id": i, "last_used_at": at} for i, at in sorted(used.items())],
+                )
+        except SQLAlchemyError as e:
+            log.warning("could not store when tokens were last used: %s", e)
