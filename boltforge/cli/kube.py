@@ -66,6 +66,14 @@ def kube_scheduler_command(
     grace: Annotated[
         float, typer.Option(metavar="SECONDS", help="Grace of pods that set none.")
     ] = 30.0,
+    tolerate_taint: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="KEY[=VALUE]:EFFECT",
+            help="A taint every pod is taken to tolerate (repeat for more); default: "
+            "nvidia.com/gpu, any value and effect.",
+        ),
+    ] = None,
 ) -> None:
     """Place pods that name schedulerName: boltforge as gangs (a PodGroup's minMember, or a
     boltforge.io/gang annotation) on the topology, all or nothing; preempt through the
@@ -85,6 +93,7 @@ def kube_scheduler_command(
     from boltforge.kube.connect import api_client
     from boltforge.kube.leader import LeaderElector
     from boltforge.kube.scheduler import KubeScheduler, Options
+    from boltforge.kube.taints import parse as parse_toleration
     from boltforge.kube.translate import Labels
 
     if not token:
@@ -93,6 +102,13 @@ def kube_scheduler_command(
             highlight=False,
         )
         raise typer.Exit(EXIT_BAD_INPUT)
+    tolerated = tuple(tolerate_taint) if tolerate_taint else Labels().tolerated
+    for text in tolerated:
+        try:
+            parse_toleration(text)
+        except ValueError as e:
+            errors.print(f"[bold red]error[/] --tolerate-taint: {escape(str(e))}", highlight=False)
+            raise typer.Exit(EXIT_BAD_INPUT) from None
     try:
         kube = api_client(kubeconfig)
     except ConfigException as e:
@@ -105,7 +121,7 @@ def kube_scheduler_command(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     me = identity or socket.gethostname()
-    labels = Labels(rack_label, pod_label, spine_label, pool_label)
+    labels = Labels(rack_label, pod_label, spine_label, pool_label, tolerated)
     options = Options(scheduler_name, labels, node_selector, grace)
     elector = None
     if not no_leader_election:

@@ -41,11 +41,21 @@ class Gang:
 
     @property
     def waiting(self) -> list[KubePod]:
-        """Pods not yet bound and not being deleted, in name order."""
+        """Pods to place: not yet bound, not being deleted, not held by a scheduling gate
+        (``spec.schedulingGates``), in name order."""
         return sorted(
-            (p for p in self.pods if not p.bound and not p.deleting and not p.finished),
+            (
+                p
+                for p in self.pods
+                if not p.bound and not p.deleting and not p.finished and not p.gates
+            ),
             key=lambda p: p.name,
         )
+
+    @property
+    def gated(self) -> list[KubePod]:
+        """Pods not yet bound that a scheduling gate holds back."""
+        return [p for p in self.pods if p.gates and not p.bound and not p.deleting]
 
     def not_ready(self) -> str | None:
         """Why the gang cannot be placed yet (None: it can)."""
@@ -57,9 +67,17 @@ class Gang:
         have = len(self.waiting)
         if have < self.min_member:
             what = "PodGroup" if self.key.kind == "podgroup" else f"{GANG_SIZE} of gang"
+            gated = self.gated
+            held = ""
+            if gated:
+                gates = sorted({g for p in gated for g in p.gates})
+                held = (
+                    f" ({len(gated)} more held by scheduling gates {', '.join(gates)}; "
+                    "they count once their gates are removed)"
+                )
             return (
                 f"waiting for its gang: {have} of the {self.min_member} pods its {what} "
-                f"{self.key.name} needs exist; nothing is bound until all do"
+                f"{self.key.name} needs exist{held}; nothing is bound until all do"
             )
         return None
 

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
+
+from boltforge.kube.taints import Taint as Taint
+from boltforge.kube.taints import Toleration, taint, toleration
 
 GPU = "nvidia.com/gpu"
 PRODUCT = "nvidia.com/gpu.product"
@@ -21,6 +24,23 @@ ROLE = "boltforge.io/role"
 TEAM = "boltforge.io/team"
 REPLICA = "boltforge.io/replica"  # written on a pod by its binding: the replica it runs
 JOB = "boltforge.io/job"
+# The reasons a kubelet gives a pod it refused to admit (``status.reason`` of a Failed pod
+# whose containers never ran), besides ``OutOf<resource>``; and ``Evicted``, a pod it ended
+# under node pressure. Neither is the pod's own failure: its gang runs again.
+KUBELET_REFUSALS = frozenset(
+    {
+        "NodeAffinity",
+        "NodeName",
+        "NodePorts",
+        "NodeSelectorMismatching",
+        "InvalidNodeInfo",
+        "UnexpectedAdmissionError",
+        "PodOSNotSupported",
+        "PodOSSelectorNodeLabelDoesNotMatch",
+        "TaintToleration",
+        "Evicted",
+    }
+)
 _SUFFIX = {
     "": 1.0,
     "m": 1e-3,
@@ -42,12 +62,6 @@ def quantity(text: object) -> float:
     if m is None or m.group(2) not in _SUFFIX:
         return 0.0
     return float(m.group(1)) * _SUFFIX[m.group(2)]
-
-
-@dataclass(frozen=True)
-class Taint:
-    key: str
-    effect: str
 
 
 @dataclass(frozen=True)
@@ -97,6 +111,12 @@ class KubePod:
     grace_s: float | None
     created: str
     pod_group: str | None  # the PodGroup its label names
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    affinity: tuple[Term, ...] = ()  # required node affinity: any one term must hold
+    tolerations: tuple[Toleration, ...] = ()
+    gates: tuple[str, ...] = ()  # spec.schedulingGates: not to be scheduled while any
+    reason: str = ""  # status.reason (a kubelet's refusal: OutOfnvidia.com/gpu, ...)
+    message: str = ""  # status.message
 
     @property
     def key(self) -> tuple[str, str]:
@@ -114,6 +134,31 @@ class KubePod:
     @property
     def finished(self) -> bool:
         return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def refused_by_kubelet(self) -> bool:
+        """Failed because its node's kubelet refused it (or evicted it), not by its own
+        exit: the reason is one ``KUBELET_REFUSALS`` names, or ``OutOf<resource>``."""
+        why = self.reason
+        return self.phase == "Failed" and (why in KUBELET_REFUSALS or why.startswith("OutOf"))
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One ``matchExpressions`` (or ``matchFields``) entry of a node selector term."""
+
+    key: str
+    operator: str  # In, NotIn, Exists, DoesNotExist, Gt, Lt
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Term:
+    """A ``nodeSelectorTerm``: every expression (on labels) and field (``metadata.name``)
+    must hold."""
+
+    expressions: tuple[Requirement, ...] = ()
+    fields: tuple[Requirement, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -151,22 +196,66 @@ def node(obj: Mapping[str, Any]) -> KubeNode:
         labels=dict(meta.get("labels") or {}),
         ready=conditions.get("Ready") == "True",
         unschedulable=bool(spec.get("unschedulable")),
-        taints=tuple(
-            Taint(t.get("key", ""), t.get("effect", "")) for t in spec.get("taints") or []
-        ),
+        taints=tuple(taint(t) for t in spec.get("taints") or []),
         address=addresses.get("InternalIP") or addresses.get("Hostname") or meta.get("name", ""),
+    )
+
+
+def _asks(container: Mapping[str, Any]) -> tuple[float, float, float]:
+    """A container's (GPUs, CPUs, memory bytes): GPUs by the limit, else the request; CPUs
+    and memory by the request, else the limit."""
+    res = container.get("resources") or {}
+    limits, requests = res.get("limits") or {}, res.get("requests") or {}
+    return (
+        quantity(limits.get(GPU, requests.get(GPU, 0))),
+        quantity(requests.get("cpu", limits.get("cpu", 0))),
+        quantity(requests.get("memory", limits.get("memory", 0))),
+    )
+
+
+def requests(spec: Mapping[str, Any]) -> tuple[float, float, float]:
+    """What a pod asks of its node, as the kubelet admits it: per resource, the larger of
+    its containers' sum and its largest init container (init containers run one at a time,
+    before the others; a sidecar, an init container with ``restartPolicy: Always``, runs
+    beside them and adds to the sum), plus the pod's ``overhead``."""
+    main = [_asks(c) for c in spec.get("containers") or []]
+    sidecars = [
+        _asks(c) for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"
+    ]
+    inits = [
+        _asks(c) for c in spec.get("initContainers") or [] if c.get("restartPolicy") != "Always"
+    ]
+    total = [sum(a[i] for a in main + sidecars) for i in range(3)]
+    first = [max((a[i] for a in inits), default=0.0) for i in range(3)]
+    over = spec.get("overhead") or {}
+    extra = (
+        quantity(over.get(GPU, 0)),
+        quantity(over.get("cpu", 0)),
+        quantity(over.get("memory", 0)),
+    )
+    gpus, cpus, memory = (max(total[i], first[i]) + extra[i] for i in range(3))
+    return gpus, cpus, memory
+
+
+def _requirements(items: Any) -> tuple[Requirement, ...]:
+    return tuple(
+        Requirement(e.get("key", ""), e.get("operator", ""), tuple(map(str, e.get("values") or ())))
+        for e in items or []
+    )
+
+
+def _affinity(spec: Mapping[str, Any]) -> tuple[Term, ...]:
+    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    return tuple(
+        Term(_requirements(t.get("matchExpressions")), _requirements(t.get("matchFields")))
+        for t in required.get("nodeSelectorTerms") or []
     )
 
 
 def pod(obj: Mapping[str, Any]) -> KubePod:
     meta, spec, status = _meta(obj), obj.get("spec") or {}, obj.get("status") or {}
-    gpus = cpus = memory = 0.0
-    for c in spec.get("containers") or []:
-        res = c.get("resources") or {}
-        limits, requests = res.get("limits") or {}, res.get("requests") or {}
-        gpus += quantity(limits.get(GPU, requests.get(GPU, 0)))
-        cpus += quantity(requests.get("cpu", limits.get("cpu", 0)))
-        memory += quantity(requests.get("memory", limits.get("memory", 0)))
+    gpus, cpus, memory = requests(spec)
     grace = spec.get("terminationGracePeriodSeconds")
     labels = dict(meta.get("labels") or {})
     return KubePod(
@@ -187,6 +276,12 @@ def pod(obj: Mapping[str, Any]) -> KubePod:
         grace_s=float(grace) if grace is not None else None,
         created=meta.get("creationTimestamp", ""),
         pod_group=next((labels[k] for k in POD_GROUP_LABELS if k in labels), None),
+        node_selector=dict(spec.get("nodeSelector") or {}),
+        affinity=_affinity(spec),
+        tolerations=tuple(toleration(t) for t in spec.get("tolerations") or []),
+        gates=tuple(g.get("name", "") for g in spec.get("schedulingGates") or []),
+        reason=status.get("reason") or "",
+        message=status.get("message") or "",
     )
 
 

@@ -42,11 +42,13 @@ from boltforge.client import ApiFailure, Client
 from boltforge.kube import model
 from boltforge.kube.actions import KubeWrites
 from boltforge.kube.desired import Wanted
+from boltforge.kube.fit import Fitter
 from boltforge.kube.gangs import Gang, GangIndex, GangKey, key_of, preemptible
 from boltforge.kube.informer import Informer
 from boltforge.kube.leader import LeaderElector
 from boltforge.kube.model import JOB, REPLICA, KubePod
 from boltforge.kube.state import Placed, SchedulerState, adopted, replica_event
+from boltforge.kube.taints import Toleration, blocking
 from boltforge.kube.translate import (
     COMMAND,
     NO_GPUS,
@@ -58,6 +60,7 @@ from boltforge.kube.translate import (
     job_spec,
     priority,
     shape,
+    tolerations,
 )
 from boltforge.wire.agent import AgentReport, Heartbeat, Inventory, Registration, ReplicaSpec
 from boltforge.wire.jobs import TERMINAL, SubmitRequest
@@ -122,6 +125,10 @@ class KubeScheduler:
         self._index = GangIndex()
         self._full = True  # the next pass looks at everything, not only what changed
         self._largest = 0  # GPUs of the largest node
+        self._tols = tolerations(options.labels)  # taken as every pod's (--tolerate-taint)
+        self._tainted: set[str] = set()  # nodes with taints that keep some pods off
+        self._pod_tols: frozenset[Toleration] = frozenset()  # of the waiting pods
+        self._fitter: Fitter | None = None  # for this pass (``_fit``)
         core = CoreV1Api(client)
         custom = CustomObjectsApi(client)
         pods_of = {"field_selector": f"spec.schedulerName={options.scheduler_name}"}
@@ -238,7 +245,11 @@ class KubeScheduler:
         keys = None if pods_changed is None or groups_changed is None else self._index.touched
         if nodes_changed is None or nodes_changed:
             self._largest = max((n.gpus for n in nodes.values()), default=0)
+            self._tainted = {n for n, node in nodes.items() if blocking(node.taints, self._tols)}
+        if pods_changed is None or pods_changed:
+            nodes_changed = self._tolerated_by_pods(all_gangs, nodes_changed)
         await self._sync_nodes(nodes, nodes_changed)
+        self._fitter = None
         await self._intake(all_gangs, keys, pods)
         await self._start(all_gangs)
         await self._stop()
@@ -318,8 +329,37 @@ class KubeScheduler:
                 due.append((node, inv))
         return due
 
+    def _tolerated_by_pods(
+        self, all_gangs: Mapping[GangKey, Gang], nodes_changed: set[str] | None
+    ) -> set[str] | None:
+        """Keep the waiting pods' tolerations current (only while some node is tainted);
+        when they changed, the tainted nodes are added to ``nodes_changed`` (their cordon
+        depends on them)."""
+        tols: frozenset[Toleration] = frozenset()
+        if self._tainted:
+            tols = frozenset(
+                t for g in all_gangs.values() for p in g.waiting for t in p.tolerations
+            )
+        if tols == self._pod_tols or nodes_changed is None:
+            self._pod_tols = tols
+            return nodes_changed
+        self._pod_tols = tols
+        return nodes_changed | self._tainted
+
+    def _fit(self) -> Fitter:
+        """Which nodes gangs may use, this pass: the registered nodes not cordoned."""
+        if self._fitter is None:
+            state, labels = self.state, self.options.labels
+            pool_of = {
+                n: inv.pool
+                for n, inv in state.registered.items()
+                if n in state.leases and n not in state.cordoned
+            }
+            self._fitter = Fitter(self.nodes.snapshot(), pool_of, self._tols, labels.pool)
+        return self._fitter
+
     async def _cordon(self, node: model.KubeNode) -> None:
-        blocked = cordoned(node, self.options.labels)
+        blocked = cordoned(node, self.options.labels, self._pod_tols)
         if blocked and node.name not in self.state.cordoned and node.name in self.state.leases:
             await asyncio.to_thread(self.api.cordon, node.name)
             self.state.cordoned.add(node.name)
@@ -424,6 +464,7 @@ class KubeScheduler:
             grace_s=grace if grace is not None else self.options.grace_s,
             preemptible=preemptible(gang, self.budgets.snapshot().values(), pods.values()),
             largest_node=largest,
+            pools=self._fit().pools(waiting),
         )
 
     # intent out
@@ -550,6 +591,8 @@ class KubeScheduler:
             if pod.phase == "Running" and not placed.started:
                 placed.started = True
                 self._queue(placed, "started")
+            elif pod.refused_by_kubelet and not placed.exited:
+                self._refused_by_kubelet(placed, pod)
             elif pod.finished and not placed.exited:
                 if not placed.started:
                     placed.started = True
@@ -558,6 +601,19 @@ class KubeScheduler:
                 self.state.moves(placed)
                 code = pod.exit_code if pod.exit_code is not None else int(pod.phase == "Failed")
                 self._queue(placed, "exited", exit_code=code)
+
+    def _refused_by_kubelet(self, placed: Placed, pod: KubePod) -> None:
+        """The kubelet refused the pod (``OutOfnvidia.com/gpu``, ``NodeAffinity``...) or
+        evicted it: not the job's failure. Reported as stopped by its node, so the job is
+        placed again (its node gets no new work until its next heartbeat)."""
+        placed.exited = True
+        self.state.moves(placed)
+        words = f"the kubelet of {placed.node} refused it: {pod.reason}: {pod.message}"
+        self._queue(placed, "exited", by_node=True, detail=words[:1000])
+        log.warning("pod %s: %s; its gang is placed again", pod.path, words)
+        self._say(
+            [pod], "KubeletRefused", f"Boltforge: {words}; its gang is placed again", "Warning"
+        )
 
     def _gone(self, placed: Placed) -> None:
         if placed.exited:

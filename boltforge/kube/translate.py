@@ -5,11 +5,13 @@ asked is an ``Unplaceable`` whose message becomes its pods' condition and event.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from boltforge.kube.model import ROLE, TEAM, KubeNode, KubePod, PriorityClass
+from boltforge.kube.taints import Toleration, blocking
+from boltforge.kube.taints import parse as parse_toleration
 from boltforge.spec.job import PRIORITY_CLASSES
 from boltforge.wire.agent import Inventory
 
@@ -28,8 +30,10 @@ class Unplaceable(ValueError):
 class Labels:
     """Which node labels carry the topology (``bolt kube scheduler --rack-label`` ...): a
     node's rack is its ``rack`` label, its pod (the racks under one spine) its ``pod`` label,
-    else its ``spine`` label; its pool its ``pool`` label, else its GPU model. Taints whose key
-    is in ``tolerated`` (GPU nodes' usual ``nvidia.com/gpu``) do not cordon a node."""
+    else its ``spine`` label; its pool its ``pool`` label, else its GPU model. ``tolerated``:
+    taints every pod is taken to tolerate (``KEY[=VALUE][:EFFECT]``, ``--tolerate-taint``; by
+    default GPU nodes' usual ``nvidia.com/gpu``, which the ExtendedResourceToleration
+    admission plugin tolerates for pods that ask for GPUs)."""
 
     rack: str = "topology.boltforge.io/rack"
     pod: str = "topology.boltforge.io/pod"
@@ -80,13 +84,19 @@ def changes(old: Inventory, new: Inventory) -> str:
     return ", ".join(f"{k} {was[k]} -> {now[k]}" for k in now if was.get(k) != now[k])
 
 
-def cordoned(node: KubeNode, labels: Labels) -> bool:
+def tolerations(labels: Labels) -> tuple[Toleration, ...]:
+    """``labels.tolerated`` as tolerations."""
+    return tuple(parse_toleration(t) for t in labels.tolerated)
+
+
+def cordoned(node: KubeNode, labels: Labels, tolerated_by_pods: Iterable[Toleration] = ()) -> bool:
     """New pods may not land on ``node``: it is unschedulable, or has a NoSchedule or
-    NoExecute taint that is not in ``labels.tolerated``."""
-    blocking = {"NoSchedule", "NoExecute"}
-    return node.unschedulable or any(
-        t.effect in blocking and t.key not in labels.tolerated for t in node.taints
-    )
+    NoExecute taint that neither ``labels.tolerated`` nor any of ``tolerated_by_pods`` (the
+    waiting pods' tolerations) tolerates. A taint some pods tolerate does not cordon the
+    node: those pods may go there, and the others are kept off it by their gang's pools
+    (``fit.py``)."""
+    kept = blocking(node.taints, tolerations(labels))
+    return node.unschedulable or bool(blocking(kept, tolerated_by_pods))
 
 
 def priority(pod: KubePod, classes: Mapping[str, PriorityClass]) -> str:
@@ -142,10 +152,12 @@ def job_spec(
     grace_s: float,
     preemptible: bool,
     largest_node: int,
+    pools: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The Boltforge job spec of a gang: one replica per pod, each role's GPUs, CPUs and
     memory per replica; team from the first pod's ``boltforge.io/team`` label, else its
-    namespace. Raises ``Unplaceable`` for a pod that asks more GPUs than any node has."""
+    namespace; ``pools``: the only pools it may use (empty: any). Raises ``Unplaceable``
+    for a pod that asks more GPUs than any node has."""
     first = next(iter(gang.roles.values()))[0]
     for pods in gang.roles.values():
         if pods[0].gpus and not largest_node:
@@ -160,7 +172,7 @@ def job_spec(
                 f"largest node has {largest_node}; ask for at most {largest_node} per pod "
                 "and spread the work over more pods"
             )
-    return {
+    spec: dict[str, Any] = {
         "name": name,
         "team": name_of(first.labels.get(TEAM) or first.namespace, "default"),
         "priority": priority_class,
@@ -178,3 +190,6 @@ def job_spec(
             for role, pods in gang.roles.items()
         ],
     }
+    if pools:
+        spec["pools"] = list(pools)
+    return spec

@@ -62,9 +62,15 @@ def pod_json(
     labels: dict[str, str] | None = None,
     scheduler: str = "boltforge",
     grace_s: int = 30,
+    node_selector: dict[str, str] | None = None,
+    affinity: list[list[dict[str, Any]]] | None = None,
+    tolerations: list[dict[str, str]] | None = None,
+    gates: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """A pod of ``gpus`` GPUs for the Boltforge scheduler, in PodGroup ``group`` or the
-    annotation gang ``gang`` (name, size)."""
+    annotation gang ``gang`` (name, size), with a ``nodeSelector``, required node
+    ``affinity`` (its ``nodeSelectorTerms``, each a list of ``matchExpressions``),
+    ``tolerations`` and scheduling ``gates``."""
     all_labels = dict(labels or {})
     if group:
         all_labels[GROUP_LABEL] = group
@@ -79,6 +85,18 @@ def pod_json(
     }
     if priority_class:
         spec["priorityClassName"] = priority_class
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    if affinity:
+        terms = [{"matchExpressions": exprs} for exprs in affinity]
+        required = {"nodeSelectorTerms": terms}
+        spec["affinity"] = {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}
+        }
+    if tolerations:
+        spec["tolerations"] = tolerations
+    if gates:
+        spec["schedulingGates"] = [{"name": g} for g in gates]
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -47,11 +47,12 @@ def raw_pod(
     job: str | None = None,
     deleting: bool = False,
     exit_codes: tuple[int, ...] = (),
+    refused: tuple[str, str] | None = None,
     **kw: Any,
 ) -> dict[str, Any]:
     """``pod_json`` in the state a pass may find it: bound to ``node``, in ``phase``, with
     the annotations a binding of ``replica`` of ``job`` wrote, its containers ended with
-    ``exit_codes``."""
+    ``exit_codes``; ``refused``: Failed by its kubelet's admission (reason, message)."""
     obj = pod_json(name, **kw)
     meta = obj["metadata"]
     meta["uid"] = uid or f"uid-{name}-{next(_uids)}"
@@ -69,6 +70,8 @@ def raw_pod(
         for i, code in enumerate(exit_codes)
     ]
     obj["status"] = {"phase": phase, "containerStatuses": statuses}
+    if refused is not None:
+        obj["status"].update(phase="Failed", reason=refused[0], message=refused[1])
     return obj
 
 
