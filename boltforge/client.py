@@ -34,6 +34,8 @@ from boltforge.wire.jobs import (
     SubmitReply,
     SubmitRequest,
     TeamLoad,
+    TokenList,
+    TokenOut,
     TokenReply,
     TokenRequest,
     WhoAmI,
@@ -278,6 +280,14 @@ class Client:
 
     def create_token(self, req: TokenRequest) -> TokenReply:
         return self._call("POST", "/v1/tokens", TokenReply, json=req.model_dump(exclude_none=True))
+
+    def tokens(self) -> TokenList:
+        """Every token, oldest first, without its secret (admin)."""
+        return self._call("GET", "/v1/tokens", TokenList)
+
+    def revoke_token(self, ref: str) -> TokenOut:
+        """Revoke the token ``ref`` names: its id, or the name of one working token (admin)."""
+        return self._call("POST", f"/v1/tokens/{quote(ref, safe='')}/revoke", TokenOut)
 
     def healthy(self) -> bool:
         try:

@@ -336,6 +336,12 @@ class TokenOut(_Reply):
     state: str = "active"
 
 
+class TokenList(_Reply):
+    """``GET /v1/tokens``: every token, oldest first."""
+
+    tokens: list[TokenOut] = []
+
+
 class WhoAmI(_Reply):
     name: str
     role: str

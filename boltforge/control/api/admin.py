@@ -12,7 +12,7 @@ from boltforge.control.api.errors import ERRORS, ApiError
 from boltforge.control.audit import audit
 from boltforge.control.auth import TokenProblem, add_token, claimed_by, find, revoke, state_of
 from boltforge.control.store.models import AuditRow, TokenRow
-from boltforge.wire.jobs import TokenOut, TokenReply, TokenRequest, WhoAmI
+from boltforge.wire.jobs import TokenList, TokenOut, TokenReply, TokenRequest, WhoAmI
 
 router = APIRouter(prefix="/v1", tags=["admin"], responses=ERRORS)
 
@@ -46,13 +46,14 @@ def new_token(req: TokenRequest, who: Admins, rt: Rt) -> TokenReply:
 
 
 @router.get("/tokens")
-def tokens(who: Admins, rt: Rt) -> list[TokenOut]:
+def tokens(who: Admins, rt: Rt) -> TokenList:
     """Every token, oldest first: who it is for, its role, team, nodes, when it was made,
     expires, was last used (to the minute) and revoked. Never a token's secret."""
     now = rt.clock()
     with rt.db.session() as s:
         claims = claimed_by(s)
-        return [_token_out(r, claims.get(r.id, []), now) for r in s.scalars(_ALL_TOKENS)]
+        rows = s.scalars(_ALL_TOKENS)
+        return TokenList(tokens=[_token_out(r, claims.get(r.id, []), now) for r in rows])
 
 
 @router.post("/tokens/{ref}/revoke")

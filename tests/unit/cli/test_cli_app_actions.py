@@ -352,7 +352,7 @@ def test_token_create_shows_the_token_once_and_it_works(shared: Fleet) -> None:
 @pytest.mark.parametrize("role", ["viewer", "agent", "admin"])
 def test_token_create_json_has_the_documented_keys(shared: Fleet, role: str) -> None:
     data = as_json(bolt("token", "create", f"{role}-1", "--role", role, "--json"))
-    assert set(data) == {"name", "role", "team", "token"}
+    assert set(data) == {"name", "role", "team", "token", "id", "nodes", "expires_at"}
     assert (data["name"], data["role"], data["team"]) == (f"{role}-1", role, None)
     assert data["token"]
 
