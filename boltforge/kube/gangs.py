@@ -81,13 +81,18 @@ class Gang:
             )
         return None
 
-    def idempotency_key(self) -> str:
-        """The same for the same gang whichever scheduler replica submits it."""
+    def idempotency_key(self, attempt: int = 0) -> str:
+        """The same for the same gang and attempt whichever scheduler replica submits it.
+        A gang whose job ended and whose pods are made again (a Job controller's) is a new
+        attempt: a new job."""
         anchor = self.group_uid
         if not anchor:
             uids = sorted(p.uid for p in self.waiting)
             anchor = hashlib.sha256(",".join(uids).encode()).hexdigest()[:32]
-        return f"k8s/{self.key.namespace}/{self.key.kind}/{self.key.name}/{anchor}"[:200]
+        tail = f"/attempt-{attempt}" if attempt else ""
+        end = f"/{anchor}{tail}"  # kept whole: a long name is cut, never the anchor
+        key = f"k8s/{self.key.namespace}/{self.key.kind}/{self.key.name}"[: 200 - len(end)]
+        return key + end
 
     def job_name(self) -> str:
         return name_of(f"{self.key.namespace}-{self.key.name}", "gang")

@@ -72,6 +72,8 @@ CRD_MISSING = (
     "boltforge.io/gang annotations are placed, pods that name a PodGroup wait. To fix: "
     "kubectl apply -f deploy/kubernetes/podgroup-crd.yaml"
 )
+LISTED = ",".join(["pending", *sorted(TERMINAL)])  # the states ``_words`` asks about
+MAX_ATTEMPTS = 1000  # of one gang (``_submit``)
 NOT_FROM_KUBE = (
     "these nodes are scheduled through Kubernetes, which runs only pods; create the job's "
     "pods with schedulerName: boltforge"
@@ -431,9 +433,12 @@ class KubeScheduler:
         """Submit the gangs that are ready and not yet submitted: of the gangs ``keys``
         (None: every one) and those refused before, which are tried again every pass (a
         node large enough may have joined, or the server's reason gone)."""
-        todo = all_gangs if keys is None else keys | set(self.state.refused)
+        state = self.state
+        todo = all_gangs if keys is None else keys | set(state.refused) | state.ended_gangs
         for key in todo:
             gang = all_gangs.get(key)
+            if key in state.ended_gangs and gang is not None and gang.waiting:
+                self._next_attempt(key)
             if gang is None or key in self.state.job_of or not gang.waiting or gang.not_ready():
                 continue
             try:
@@ -444,15 +449,39 @@ class KubeScheduler:
             self.state.refused.pop(key, None)
             req = SubmitRequest(spec=spec, source=f"kubernetes gang {key}")
             try:
-                reply = await asyncio.to_thread(self.api.submit, req, gang.idempotency_key())
+                job = await self._submit(key, gang, req)
             except ApiFailure as e:
                 if e.status >= 500:
                     raise
                 fixes = "; ".join(f"{p.field}: {p.message}" for p in e.problems)
                 self.state.refused[key] = f"{e.message}{' (' + fixes + ')' if fixes else ''}"
                 continue
-            self.state.link(key, reply.job.id)
-            log.info("gang %s is Boltforge job %s", key, reply.job.id)
+            self.state.link(key, job)
+            log.info("gang %s is Boltforge job %s", key, job)
+
+    async def _submit(self, key: GangKey, gang: Gang, req: SubmitRequest) -> str:
+        """Submit ``gang`` as attempt ``state.attempts[key]``; an attempt whose job has
+        already ended (one made before this replica led: the key finds it) moves on to the
+        next attempt."""
+        state = self.state
+        while True:
+            attempt = state.attempts.get(key, 0)
+            reply = await asyncio.to_thread(self.api.submit, req, gang.idempotency_key(attempt))
+            if reply.created or reply.job.state not in TERMINAL or attempt >= MAX_ATTEMPTS:
+                return reply.job.id
+            state.attempts[key] = attempt + 1
+
+    def _next_attempt(self, key: GangKey) -> None:
+        """``key``'s job ended and its gang has pods waiting again (a Job controller made
+        new ones): forget that job, so the gang is submitted as its next attempt."""
+        state = self.state
+        state.ended_gangs.discard(key)
+        job = state.job_of.pop(key, None)
+        if job is None:
+            return
+        state.gang_of.pop(job, None)
+        state.attempts[key] = state.attempts.get(key, 0) + 1
+        log.info("gang %s: job %s ended and new pods wait: a new attempt", key, job)
 
     def _spec(self, gang: Gang, pods: Mapping[str, KubePod], largest: int) -> dict[str, Any]:
         waiting = gang.waiting
@@ -746,8 +775,12 @@ class KubeScheduler:
         mine = sorted({job_of[k] for k, g in all_gangs.items() if k in job_of and g.waiting})
         if mine:
             with suppress(ApiFailure, OSError):
-                waiting = await asyncio.to_thread(self.api.jobs, "pending", ids=mine)
+                waiting = await asyncio.to_thread(self.api.jobs, LISTED, ids=mine)
                 listed = {j.id: j for j in waiting.jobs}
+        ended = {j.id for j in listed.values() if j.state in TERMINAL}
+        if ended:  # their gangs have new pods: submitted again on the next pass
+            self.state.ended_gangs |= {k for k, j in job_of.items() if j in ended}
+            self._wake.set()
         for key, gang in all_gangs.items():
             text, reason = self._why(key, gang, listed)
             if not text:

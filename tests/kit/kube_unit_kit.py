@@ -222,12 +222,19 @@ class FakeJobs:
         self.shown = 1000  # the jobs a listing without ids shows, as the real one its first 1,000
 
     def submit(self, req: SubmitRequest, key: str | None = None) -> Any:
+        """A new job, or (as the server does) the job an idempotency key already made."""
         if self.refuse is not None:
             raise self.refuse
+        made = [i for i, (_, _, k) in enumerate(self.submitted) if key and k == key]
+        if made:
+            job = f"j-{made[0] + 1}"
+            return SimpleNamespace(
+                job=SimpleNamespace(id=job, state=self.states[job]), created=False
+            )
         job = f"j-{len(self.submitted) + 1}"
         self.submitted.append((req.spec or {}, req.source, key or ""))
         self.states[job] = "pending"
-        return SimpleNamespace(job=SimpleNamespace(id=job))
+        return SimpleNamespace(job=SimpleNamespace(id=job, state="pending"), created=True)
 
     def job(self, job: str) -> Any:
         if job not in self.states:
@@ -243,7 +250,7 @@ class FakeJobs:
                 reason=self.queue.get(j, (None, ""))[1],
             )
             for j, s in self.states.items()
-            if (state is None or s == state) and (not ids or j in ids)
+            if (state is None or s in state.split(",")) and (not ids or j in ids)
         ]
         return SimpleNamespace(jobs=rows if ids else rows[: self.shown])
 
