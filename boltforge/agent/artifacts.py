@@ -6,8 +6,9 @@ declared path (a file, or a directory walked whole) is linked, else copied, into
 ``<spool>/<replica>/<path>``. A container's paths are read through its mounts (``/scratch``,
 ``/bolt/checkpoint``; a relative path is under its working directory, ``/scratch`` unless the
 job set one); a process's are under its working directory, or absolute. Symbolic links are
-never followed, and a path that resolves outside its root is skipped: a replica cannot make
-the agent send a host file that is not its own.
+never followed, and a path that resolves outside its root is skipped; a process that ran as
+its team's user (``identity``) has only the files that user owns collected: a replica cannot
+make the agent send a host file that is not its own.
 
 The spool is the queue: ``send_spooled`` sends each file (sha256 in ``X-Sha256``) and removes
 it once the server kept it, or refused it for good (the replica is unknown there, or the
@@ -38,11 +39,13 @@ CHUNK = 1 << 20
 class Roots:
     """Where a replica's paths are on the host: ``mounts`` maps a path as the replica sees
     it (``/scratch``) to the host's; ``workdir`` is the replica's working directory as it sees
-    it; ``container``: paths outside the mounts are the image's, not collectable."""
+    it; ``container``: paths outside the mounts are the image's, not collectable;
+    ``owner``: the uid whose files alone are collected (None: any)."""
 
     mounts: dict[str, Path]
     workdir: str
     container: bool
+    owner: int | None = None
 
     def host_path(self, path: str) -> Path | None:
         """``path`` (as the replica sees it) on the host, or None when it is not readable
@@ -70,7 +73,7 @@ def collect(spec: ReplicaSpec, roots: Roots, spool: Path) -> list[str]:
         if host is None:
             notes.append(f"output {declared} is not under /scratch or /bolt/checkpoint")
             continue
-        found = list(_files(host, roots.root_of(host)))
+        found = [f for f in _files(host, roots.root_of(host)) if _owned(f[0], roots.owner)]
         if not found:
             notes.append(f"output {declared} was not found")
         for source, rel in found:
@@ -101,6 +104,16 @@ def _files(host: Path, root: Path) -> Iterator[tuple[Path, str]]:
             path = here / name
             if not path.is_symlink() and path.is_file():
                 yield path, path.relative_to(host).as_posix()
+
+
+def _owned(path: Path, owner: int | None) -> bool:
+    """Whether ``path`` (not followed) belongs to ``owner`` (None: anyone's will do)."""
+    if owner is None:
+        return True
+    try:
+        return path.lstat().st_uid == owner
+    except OSError:
+        return False
 
 
 def _inside(path: Path, root: Path) -> bool:

@@ -8,7 +8,7 @@ Which shared memory files are the replica's:
   in its environment for whatever names its own segments), and
 - those its leftover processes still had open or mapped when cleanup began,
 
-in both cases only files owned by the agent's user (the replica runs as that user), and, for
+in both cases only files owned by the user the replica ran as, and, for
 the second kind, only once no process outside the group holds them. A file the replica made
 under another name and closed before it exited cannot be told from another replica's on a
 shared host, and is left alone; so is a process that left the group (``setsid``).
@@ -114,12 +114,15 @@ async def end_group(pgid: int, grace_s: float = ORPHAN_GRACE_S) -> tuple[list[in
     return members, True
 
 
-def remove_shm(prefix: str, held: set[Path], shm: Path = SHM) -> list[str]:
+def remove_shm(
+    prefix: str, held: set[Path], shm: Path = SHM, *, uid: int | None = None
+) -> list[str]:
     """Remove the replica's shared memory files (see the module docstring); the names
-    removed. ``held``: what its leftover processes had open or mapped."""
+    removed. ``held``: what its leftover processes had open or mapped; ``uid``: the user it
+    ran as (default: the agent's)."""
     if not shm.is_dir():
         return []
-    uid = os.getuid()
+    uid = os.getuid() if uid is None else uid
     mine = {p for p in shm.iterdir() if p.name.startswith(prefix)}
     others = held - mine
     if others:

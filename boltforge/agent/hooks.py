@@ -1,5 +1,11 @@
 """Prolog and epilog scripts: executables the agent runs before a replica starts and after it
-ended, with the replica's environment and a timeout (like Slurm's prolog and epilog)."""
+ended, with a timeout (like Slurm's prolog and epilog).
+
+They run as the agent's user (root on a real node), so they never get the job's own
+environment, which a job could fill with ``BASH_ENV``, ``LD_PRELOAD`` or ``PYTHONPATH``
+pointing at files it wrote: they get ``clean_env``, a fixed ``PATH`` and ``LANG`` plus the
+values that describe the replica (``processes.hook_env``). Every other helper the agent runs
+as root (``useradd``) gets the same fixed base."""
 
 from __future__ import annotations
 
@@ -15,6 +21,15 @@ from pathlib import Path
 
 TAIL_CHARS = 2000
 DEFAULT_TIMEOUT_S = 60.0
+CLEAN_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+CLEAN_BASE = {"PATH": CLEAN_PATH, "LANG": "C.UTF-8"}
+
+
+def clean_env(values: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a script or helper the agent runs as itself: ``PATH`` (system
+    directories only) and ``LANG``, then ``values`` (which the caller vouches for: values
+    the agent computed, never a job's variables)."""
+    return {**CLEAN_BASE, **(values or {})}
 
 
 @dataclass(frozen=True, slots=True)

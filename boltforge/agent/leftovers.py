@@ -29,6 +29,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from boltforge.agent.cleanup import PROC, group_members
+from boltforge.agent.identity import Identity
 from boltforge.agent.processes import marks
 from boltforge.wire.agent import ReplicaSpec
 
@@ -40,7 +41,8 @@ START_FIELD = 22  # starttime in /proc/<pid>/stat: clock ticks after boot
 
 class Launched(BaseModel):
     """One replica the agent launched: its spec, its process (``pid``, leader of group
-    ``pgid``), that process's start time (None where ``/proc`` cannot tell) and boot."""
+    ``pgid``), that process's start time (None where ``/proc`` cannot tell) and boot, and
+    the user it ran as (``uid`` None: the agent's own)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -49,6 +51,9 @@ class Launched(BaseModel):
     pgid: int
     start: int | None = None
     boot: str = ""
+    user: str = ""
+    uid: int | None = None
+    gid: int | None = None
 
 
 class Saved(BaseModel):
@@ -89,8 +94,9 @@ class LaunchRecord:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def add(self, spec: ReplicaSpec, pid: int) -> Launched:
-        """Record ``spec``'s process ``pid`` (just launched, not yet reaped) and save."""
+    def add(self, spec: ReplicaSpec, pid: int, identity: Identity | None = None) -> Launched:
+        """Record ``spec``'s process ``pid`` (just launched, not yet reaped, running as
+        ``identity``) and save."""
         try:
             pgid = os.getpgid(pid)
         except OSError:
@@ -101,6 +107,9 @@ class LaunchRecord:
             pgid=pgid,
             start=process_start(pid, self.proc),
             boot=boot_id(self.proc),
+            user=identity.user if identity else "",
+            uid=identity.uid if identity else None,
+            gid=identity.gid if identity else None,
         )
         self._entries[(spec.replica, spec.epoch)] = entry
         self.save()

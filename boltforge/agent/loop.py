@@ -40,6 +40,7 @@ from boltforge.agent.client import (
 )
 from boltforge.agent.containers import Engine
 from boltforge.agent.converge import plan
+from boltforge.agent.identity import Identities
 from boltforge.agent.lease import LeaseClock, Session
 from boltforge.agent.outbox import Batch, Outbox
 from boltforge.agent.preflight import NodeHooks, Preflight
@@ -68,7 +69,9 @@ class Agent:
     often output is read and the lease checked; ``hooks`` the prolog and epilog scripts run
     around each replica (see ``preflight``); ``leftover_grace_s`` the longest checkpoint
     grace given to replicas a killed run of the agent left running (see ``leftovers``);
-    ``engine`` the container engine for replicas with an image (see ``containers``)."""
+    ``engine`` the container engine for replicas with an image (see ``containers``);
+    ``identities`` the users replicas without one run as (see ``identity``; None: the
+    agent's own)."""
 
     def __init__(
         self,
@@ -82,6 +85,7 @@ class Agent:
         hooks: NodeHooks | None = None,
         leftover_grace_s: float = LEFTOVER_GRACE_S,
         engine: Engine | None = None,
+        identities: Identities | None = None,
     ) -> None:
         self.client, self.inventory = client, inventory
         self.leftover_grace_s = leftover_grace_s
@@ -95,6 +99,7 @@ class Agent:
             preflight=Preflight(inventory, hooks),
             hooks=hooks,
             engine=engine,
+            identities=identities,
         )
         self.session: Session | None = None
         self.lease = LeaseClock()

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from boltforge.agent.identity import Identity
 from boltforge.agent.outbox import Outbox
 from boltforge.agent.processes import ReplicaPaths
 from boltforge.agent.tails import LogTail, ProgressTail
@@ -23,12 +24,16 @@ class Replica:
     ``by_node`` is True when the agent stopped it on its own rather than at the server's word;
     ``killed`` once the agent sent it SIGKILL;
     ``done`` is set once the process has exited and been reaped. Log chunks are numbered from
-    0 in the order the output was written.
+    0 in the order the output was written. ``identity``: the user it runs as (None: the
+    agent's own, or a container's).
     """
 
-    def __init__(self, spec: ReplicaSpec, paths: ReplicaPaths) -> None:
+    def __init__(
+        self, spec: ReplicaSpec, paths: ReplicaPaths, identity: Identity | None = None
+    ) -> None:
         self.spec = spec
         self.paths = paths
+        self.identity = identity
         self.log = LogTail(paths.log)
         self.progress = ProgressTail(paths.progress)
         self.process: asyncio.subprocess.Process | None = None

@@ -44,6 +44,7 @@ from boltforge.agent.containers import (
 )
 from boltforge.agent.containers import exit_fields as container_exit
 from boltforge.agent.hooks import run_scripts
+from boltforge.agent.identity import Identities, Identity
 from boltforge.agent.leftovers import (
     RECORD_NAME,
     Found,
@@ -56,6 +57,7 @@ from boltforge.agent.outbox import Outbox
 from boltforge.agent.preflight import NodeHooks, Preflight
 from boltforge.agent.processes import (
     exit_fields,
+    hook_env,
     launch,
     prepare,
     replica_env,
@@ -63,6 +65,7 @@ from boltforge.agent.processes import (
     shm_prefix,
     signal_group,
     spawn,
+    without_secrets,
 )
 from boltforge.agent.replica import Replica
 from boltforge.agent.sharing import gpus_used, mig_device
@@ -70,8 +73,6 @@ from boltforge.wire.agent import ReplicaSpec, ReplicaStatus
 
 log = logging.getLogger("boltforge.agent")
 
-# The agent's own credentials, kept out of the replicas' environment.
-AGENT_SECRETS = frozenset({"BOLT_TOKEN", "BOLT_AGENT_TOKEN", "BOLT_ADMIN_TOKEN"})
 LEFT_BY_KILLED_AGENT = "process(es) left running when the agent was killed"
 
 
@@ -83,7 +84,9 @@ class AgentRuntime:
     each start; ``hooks.epilogs`` run after each exit, with the cleanup (see ``_watch``).
     ``record`` lists the replicas launched and not yet cleaned up after (``leftovers``).
     ``engine``: the container engine that runs the replicas whose spec names an image
-    (``containers``); None: such replicas fail to start here."""
+    (``containers``); None: such replicas fail to start here. ``identities``: which user a
+    replica without an image runs as (``identity``; None: the agent's own, as an embedding
+    that isolates otherwise wants; ``bolt agent`` always passes its own)."""
 
     def __init__(
         self,
@@ -94,15 +97,17 @@ class AgentRuntime:
         preflight: Preflight | None = None,
         hooks: NodeHooks | None = None,
         engine: Engine | None = None,
+        identities: Identities | None = None,
     ) -> None:
         self.work_dir = work_dir
+        self.identities = identities or Identities.agents_own()
         self.engine = engine
         self.outbox = outbox
         self.on_exit = on_exit
         self.preflight = preflight
         self.hooks = hooks or NodeHooks()
         base = os.environ if env is None else env
-        self.env = {k: v for k, v in base.items() if k not in AGENT_SECRETS}
+        self.env = without_secrets(base)
         self.live: dict[str, Replica] = {}
         self.draining: list[Replica] = []
         self.finished: set[tuple[str, int]] = set()
@@ -122,21 +127,23 @@ class AgentRuntime:
         tried again here."""
         paths = replica_paths(self.work_dir, spec)
         replica = Replica(spec, paths)
-        env = replica_env(spec, paths, self.env)
         try:
+            if not spec.image:
+                replica.identity = await asyncio.to_thread(self.identities.for_team, spec.team)
+            env = replica_env(spec, paths, self.env, replica.identity)
             env = await self._on_mig_device(spec, env)
-            prepare(paths)
+            prepare(paths, replica.identity)
             if not await self._preflight(replica, env):
                 return
             if spec.image:
                 replica.process = await self._launch_container(replica, env)
             else:
-                replica.process = await launch(spec, paths, env)
+                replica.process = await launch(spec, paths, env, replica.identity)
         except (OSError, ValueError) as e:
             self._not_started(replica, f"could not start: {e}")
             return
         self.live[spec.replica] = replica
-        self.record.add(spec, replica.process.pid)
+        self.record.add(spec, replica.process.pid, replica.identity)
         log.info("started replica %s (epoch %d) as pid %s", spec.replica, spec.epoch, replica.pid)
         self.outbox.add_event(replica.event("started", time.time(), pid=replica.pid))
         self._spawn(self._watch(replica))
@@ -194,7 +201,9 @@ class AgentRuntime:
         """Whether ``replica`` may start; reports it ``failed`` when it may not."""
         if self.preflight is None:
             return True
-        verdict = await self.preflight.run(gpus_used(replica.spec), {**env, "BOLT_HOOK": "prolog"})
+        hook = hook_env(replica.spec, replica.paths, "prolog", replica.identity)
+        hook["CUDA_VISIBLE_DEVICES"] = env["CUDA_VISIBLE_DEVICES"]  # a MIG device's UUID
+        verdict = await self.preflight.run(gpus_used(replica.spec), hook)
         if not verdict.ok:
             self._not_started(replica, f"preflight failed: {verdict.evidence}", preflight=True)
         return verdict.ok
@@ -346,13 +355,13 @@ class AgentRuntime:
         if (engine := self._engine_for(replica)) is not None:
             await engine.remove(container_name(replica.spec))
             remove_files(replica.paths)
-        done.shm = remove_shm(shm_prefix(replica.spec), held)
+        elif replica.identity is not None:
+            remove_files(replica.paths)  # its scratch folder (HOME)
+        owner = replica.identity.uid if replica.identity else os.getuid()
+        done.shm = remove_shm(shm_prefix(replica.spec), held, uid=owner)
         if not self.hooks.epilogs:
             return
-        env = replica_env(replica.spec, replica.paths, self.env)
-        env["BOLT_HOOK"] = "epilog"
-        if code is not None:
-            env["BOLT_EXIT_CODE"] = str(code)
+        env = hook_env(replica.spec, replica.paths, "epilog", replica.identity, code)
         results = await run_scripts(self.hooks.epilogs, env, self.hooks.timeout_s)
         done.epilog = next((r.evidence for r in results if not r.ok), "")
 
@@ -361,7 +370,8 @@ class AgentRuntime:
         spec = replica.spec
         if self._engine_for(replica) is not None:
             return Roots(mounts(replica.paths), spec.cwd or SCRATCH, container=True)
-        return Roots({}, spec.cwd or os.getcwd(), container=False)
+        owner = replica.identity.uid if replica.identity else None
+        return Roots({}, spec.cwd or os.getcwd(), container=False, owner=owner)
 
     # replicas left running by a previous run of the agent
 
@@ -401,7 +411,7 @@ class AgentRuntime:
         log.warning(
             "%s was left running when the agent was killed: ending it (%s)", _which(entry), how
         )
-        replica = Replica(spec, replica_paths(self.work_dir, spec))
+        replica = Replica(spec, replica_paths(self.work_dir, spec), _identity(entry))
         held = held_shm(group_members(entry.pgid))
         done = Cleanup(what=LEFT_BY_KILLED_AGENT)
         began = time.monotonic()
@@ -425,7 +435,7 @@ class AgentRuntime:
 
     async def _clean_gone(self, entry: Launched) -> None:
         """Clean up after a recorded replica that ended while the agent was not running."""
-        replica = Replica(entry.spec, replica_paths(self.work_dir, entry.spec))
+        replica = Replica(entry.spec, replica_paths(self.work_dir, entry.spec), _identity(entry))
         done = Cleanup()
         began = time.monotonic()
         await self._after_exit(replica, set(), done, None)
@@ -464,6 +474,13 @@ class AgentRuntime:
     def cancel_tasks(self) -> None:
         for task in list(self._tasks):
             task.cancel()
+
+
+def _identity(entry: Launched) -> Identity | None:
+    """The user a recorded replica ran as (None: the agent's own)."""
+    if entry.uid is None or entry.gid is None:
+        return None
+    return Identity(entry.user, entry.uid, entry.gid)
 
 
 def _which(entry: Launched) -> str:

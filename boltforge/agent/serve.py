@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -13,17 +14,23 @@ from pathlib import Path
 from boltforge.agent.cleanup import LEFTOVER_GRACE_S
 from boltforge.agent.client import ServerClient
 from boltforge.agent.containers import Engine
+from boltforge.agent.identity import Identities
 from boltforge.agent.loop import Agent
 from boltforge.agent.preflight import NodeHooks
-from boltforge.agent.processes import safe_name
+from boltforge.agent.processes import SHARED_DIR_MODE, safe_name
 from boltforge.wire.agent import Inventory
+
+SYSTEM_WORK_ROOT = Path("/var/lib/boltforge/agent")
 
 
 def default_work_dir(node: str) -> Path:
-    """The agent's work dir for ``node`` under the user data dir (logs, progress files,
-    default checkpoint dirs and the launch record live there)."""
+    """The agent's work dir for ``node`` (logs, progress files, default checkpoint dirs and
+    the launch record live there): under ``/var/lib/boltforge/agent`` for root (whose home
+    its replicas' users cannot reach), else under the user data dir."""
     import platformdirs
 
+    if os.geteuid() == 0:
+        return SYSTEM_WORK_ROOT / safe_name(node)
     return platformdirs.user_data_path("boltforge") / "agent" / safe_name(node)
 
 
@@ -36,6 +43,7 @@ def serve(
     leftover_grace_s: float = LEFTOVER_GRACE_S,
     engine: Engine | None = None,
     ca: Path | None = None,
+    identities: Identities | None = None,
 ) -> int:
     """Run the agent for ``inventory`` against ``server`` until SIGTERM or SIGINT, which stop
     the replicas gracefully and return 0; 2 when the server refuses the node. ``hooks``: the
@@ -43,7 +51,8 @@ def serve(
     checkpoint grace for the replicas a killed run of the agent left running, which are
     ended before it registers. ``engine``: the container engine for replicas with an image
     (None: they fail to start here). ``ca``: the CA bundle an https server's certificate is
-    verified against (None: the system's trusted CAs)."""
+    verified against (None: the system's trusted CAs). ``identities``: the users replicas
+    without an image run as (``identity``; None: the agent's own)."""
     if not logging.getLogger().handlers:
         logging.basicConfig(
             stream=sys.stderr,
@@ -52,8 +61,10 @@ def serve(
         )
         logging.getLogger("httpx").setLevel(logging.WARNING)
     work_dir.mkdir(parents=True, exist_ok=True)
+    if identities is not None and identities.isolates:
+        work_dir.chmod(SHARED_DIR_MODE)  # its replicas' users reach their own files only
     return asyncio.run(
-        _serve(server, token, inventory, work_dir, hooks, leftover_grace_s, engine, ca)
+        _serve(server, token, inventory, work_dir, hooks, leftover_grace_s, engine, ca, identities)
     )
 
 
@@ -66,10 +77,17 @@ async def _serve(
     leftover_grace_s: float,
     engine: Engine | None,
     ca: Path | None,
+    identities: Identities | None,
 ) -> int:
     client = ServerClient(server, token, ca=ca)
     agent = Agent(
-        client, inventory, work_dir, hooks=hooks, leftover_grace_s=leftover_grace_s, engine=engine
+        client,
+        inventory,
+        work_dir,
+        hooks=hooks,
+        leftover_grace_s=leftover_grace_s,
+        engine=engine,
+        identities=identities,
     )
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -84,6 +102,9 @@ async def _serve(
         f"on {engine.binary}" if engine else "nowhere (no --runtime engine)",
     )
     _say_checks(agent, hooks or NodeHooks())
+    logging.getLogger("boltforge.agent").info(
+        "replicas without an image run %s", agent.runtime.identities.describe()
+    )
     return await agent.run()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -12,10 +13,15 @@ from rich.markup import escape
 from boltforge.agent.cleanup import LEFTOVER_GRACE_S
 from boltforge.agent.hooks import DEFAULT_TIMEOUT_S
 from boltforge.cli.common import EXIT_BAD_INPUT, errors, spec_errors
+from boltforge.cli.credentials import TokenSource, forget_env, read_token
 
 if TYPE_CHECKING:
     from boltforge.agent.containers import Engine
+    from boltforge.agent.identity import Identities
     from boltforge.agent.preflight import NodeHooks
+
+
+AGENT_TOKEN = TokenSource("--token", "--token-file", "BOLT_TOKEN")
 
 
 class Runtime(StrEnum):
@@ -28,9 +34,49 @@ class Runtime(StrEnum):
 
 def agent_command(
     server: Annotated[str, typer.Option(help="Control plane URL, e.g. http://10.0.0.1:8080.")],
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="BOLT_TOKEN_FILE",
+            metavar="PATH",
+            help="File holding the agent token (read once; keep it mode 600). Or set "
+            "BOLT_TOKEN. Neither reaches the replicas.",
+            show_default=False,
+        ),
+    ] = None,
     token: Annotated[
-        str, typer.Option(envvar="BOLT_TOKEN", help="Bearer token for the agent API.")
+        str,
+        typer.Option(
+            hidden=True,
+            help="Deprecated: visible to every user of the host; use --token-file.",
+        ),
     ] = "",
+    allow_shared_identity: Annotated[
+        bool,
+        typer.Option(
+            "--allow-shared-identity",
+            help="Run every team's replicas without an image as the agent's own user (a "
+            "single-user fleet). Without it, an agent that is not root refuses them (teams "
+            "sharing a Unix user can read each other's files and environment) and a root "
+            "agent runs each team as a user of its own.",
+        ),
+    ] = False,
+    user_prefix: Annotated[
+        str,
+        typer.Option(
+            metavar="PREFIX",
+            help="As root: replicas without an image run as the user PREFIX<team>, made on "
+            "first use (see docs/forge.md).",
+        ),
+    ] = "bolt-",
+    team_user: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="TEAM=USER",
+            help="As root: run TEAM's replicas without an image as the existing USER instead "
+            "(never root). Repeatable.",
+        ),
+    ] = None,
     inventory: Annotated[
         Path | None,
         typer.Option(help="Declared inventory (YAML); without it GPUs are found through NVML."),
@@ -107,19 +153,55 @@ def agent_command(
     from boltforge.agent.inventory import detect
     from boltforge.agent.serve import default_work_dir, serve
 
-    if not token:
+    secret = read_token(AGENT_TOKEN, token, token_file)
+    forget_env()
+    if not secret:
         errors.print(
-            "[bold red]error[/] --token: is required. To fix: pass --token T or set BOLT_TOKEN",
+            "[bold red]error[/] --token-file: a token is required. To fix: pass --token-file "
+            "PATH or set BOLT_TOKEN",
             highlight=False,
         )
         raise typer.Exit(EXIT_BAD_INPUT)
+    identities = _identities(allow_shared_identity, user_prefix, team_user or [])
     hooks = _hooks(prolog or [], epilog or [], hook_timeout)
     engine = _engine(runtime)
     _check_ca(ca)
     with spec_errors():
         node = detect(inventory, name)
     work = work_dir or default_work_dir(node.name)
-    raise typer.Exit(serve(server, token, node, work, hooks, leftover_grace, engine, ca))
+    code = serve(server, secret, node, work, hooks, leftover_grace, engine, ca, identities)
+    raise typer.Exit(code)
+
+
+def _identities(allow_shared: bool, prefix: str, pairs: list[str]) -> Identities:
+    """The users replicas without an image run as (``agent/identity.py``); exits 2 naming
+    the option for a bad --team-user or --user-prefix. Says so when the agent runs every
+    team as itself."""
+    from boltforge.agent.identity import SHARED_FLAG, Identities, IdentityRefused, parse_team_users
+
+    try:
+        users = parse_team_users(pairs)
+    except IdentityRefused as e:
+        errors.print(f"[bold red]error[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    if not re.fullmatch(r"[a-z][a-z0-9_-]{0,15}", prefix):
+        errors.print(
+            f"[bold red]error[/] --user-prefix {escape(repr(prefix))}: up to 16 lowercase "
+            "letters, digits, - and _, starting with a letter. To fix: e.g. --user-prefix bolt-",
+            highlight=False,
+        )
+        raise typer.Exit(EXIT_BAD_INPUT)
+    identities = Identities(prefix=prefix, users=users, allow_shared=allow_shared)
+    if allow_shared:
+        who = "root" if identities.can_switch else "this agent's user"
+        errors.print(
+            f"[yellow]note[/] {SHARED_FLAG}: every team's replicas without an image run as "
+            f"{who} and can read each other's files and environment; fit for a "
+            "single-user fleet only",
+            highlight=False,
+            soft_wrap=True,
+        )
+    return identities
 
 
 def _engine(runtime: Runtime) -> Engine | None:

@@ -20,6 +20,7 @@ from rich.rule import Rule
 from boltforge.cli import localfleet
 from boltforge.cli.localfleet import FleetError, LocalFleet
 from boltforge.cli.story import Story, Told, describer
+from boltforge.cli.up import identity_line
 from boltforge.client import ApiFailure, Client
 from boltforge.wire.jobs import TERMINAL, SubmitRequest
 
@@ -176,6 +177,7 @@ def _start(console: Console, root: Path) -> LocalFleet:
         raise
     took = time.monotonic() - t0
     console.print(f"fleet up in {took:.1f} s: {HOSTS} nodes, {8 * HOSTS} GPUs", highlight=False)
+    console.print(identity_line(fleet), highlight=False, markup=False)
     return fleet
 
 

@@ -1,6 +1,16 @@
 """A development fleet on this machine, as processes: one ``bolt server`` on SQLite and N
 ``bolt agent``s with declared 8 x H100 inventories, their pid file, readiness and shutdown.
-``bolt up``, ``bolt down`` and ``bolt demo`` drive it."""
+``bolt up``, ``bolt down`` and ``bolt demo`` drive it.
+
+The tokens are written to files only their owner may read (``tokens/``), which the server
+and the agents are pointed at; no token is on a command line. Started by root, the agents
+run each team's replicas as a user of its own (``agent/identity.py``): the fleet's folder
+is then one those users may pass through but not list, its store, logs, tokens and
+certificates readable by root alone. Started by another user, the agents cannot switch
+users, so they run with ``--allow-shared-identity`` (every team as that user) and
+``shared`` says so; so do they, started by root, when this Python or Boltforge itself lies in
+a folder other users cannot reach (``blocked_for_others``: a per-team user could not run the
+jobs' ``python``), and ``shared_why`` says why."""
 
 from __future__ import annotations
 
@@ -16,10 +26,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from boltforge.cli.credentials import TOKEN_VARS
 from boltforge.client import ApiFailure, Client
 from boltforge.tls import Certificates, make_certificates
 
 PID_FILE = "up.json"
+TOKENS_DIR = "tokens"
+SHARED_FLAG = "--allow-shared-identity"
 TLS_DIR = "tls"  # the local CA and the server's certificate, with ``bolt up --tls``
 AGENT_STOP_S = 45.0  # replicas get their checkpoint grace (30 s in the examples), then a kill
 SERVER_STOP_S = 15.0
@@ -45,6 +58,8 @@ class LocalFleet:
     agents: list[int] = field(default_factory=list)
     ca: str = ""  # the CA certificate that signed the server's (TLS only)
     names: list[str] = field(default_factory=list)  # the agents' node names, as ``agents``
+    shared: bool = False  # every team's replicas run as the user who started the fleet
+    shared_why: str = ""
 
     def node_names(self) -> list[str]:
         """The agents' node names, in the order of ``agents``."""
@@ -109,6 +124,7 @@ def start(
     tls: bool = False,
     nodes: list[Node] | None = None,
     server_args: tuple[str, ...] = (),
+    shared: bool | None = None,
 ) -> LocalFleet:
     """Start the server and ``hosts`` agents in the background (own sessions, so Ctrl-C in
     the terminal reaches only ``bolt up``, which stops them in order). Output goes to
@@ -116,11 +132,14 @@ def start(
     and localhost signed by a local CA in ``data_dir/tls`` (made there once, then reused),
     and the agents verify it with that CA. ``nodes`` replaces the ``hosts`` H100 hosts with
     these agents (inventory and extra ``bolt agent`` arguments); ``server_args`` are added to
-    ``bolt server``'s. Raises ``FleetError`` when the port is taken."""
+    ``bolt server``'s. ``shared``: whether the agents run every team as the user who started
+    the fleet (None: unless root can give each team a user of its own; see the module
+    docstring). Raises ``FleetError`` when the port is taken."""
     if port_taken(port):
         raise FleetError(f"port {port} is in use. To fix: pick another with --port")
     data_dir = data_dir.resolve()
-    (data_dir / "logs").mkdir(parents=True, exist_ok=True)
+    why = shared_reason() if shared is None else ("asked to" if shared else "")
+    _lay_out(data_dir, isolated=not why)
     certs = make_certificates(data_dir / TLS_DIR) if tls else None
     scheme = "https" if certs else "http"
     nodes = nodes or [Node(f"host-{i}", inventory(i)) for i in range(hosts)]
@@ -129,6 +148,9 @@ def start(
     )
     fleet.ca = str(certs.ca) if certs else ""
     fleet.names = [n.name for n in nodes]
+    fleet.shared, fleet.shared_why = bool(why), why
+    write_private(fleet.root / TOKENS_DIR / "admin", fleet.admin_token + "\n")
+    write_private(fleet.root / TOKENS_DIR / "agent", fleet.agent_token + "\n")
     args = [*_server_args(fleet, port, certs), *server_args]
     fleet.server = _spawn(data_dir / "logs" / "server.log", args)
     fleet.save()
@@ -137,6 +159,58 @@ def start(
         fleet.agents.append(_spawn(log, _agent_args(fleet, node)))
         fleet.save()
     return fleet
+
+
+def shared_reason() -> str:
+    """Why this machine's fleet runs every team as one user (empty: it need not): the user
+    is not root, or a per-team user could not run this Python (``blocked_for_others``)."""
+    if os.geteuid() != 0:
+        return "only root can run each team as a user of its own"
+    import boltforge
+
+    for needed in (Path(sys.executable), Path(os.__file__), Path(boltforge.__file__)):
+        blocked = blocked_for_others(needed)
+        if blocked is not None:
+            return (
+                f"{blocked} is closed to other users, so a team's user could not run "
+                f"{needed}; install Boltforge where every user can read it (e.g. /opt)"
+            )
+    return ""
+
+
+def blocked_for_others(path: Path) -> Path | None:
+    """The first folder on the way to ``path`` (links resolved), or the file itself, that
+    a user other than its owner may not pass or read; None when there is none."""
+    real = path.resolve()
+    for folder in reversed(real.parents):
+        if not folder.stat().st_mode & 0o001:
+            return folder
+    return None if real.stat().st_mode & 0o004 else real
+
+
+def _lay_out(root: Path, isolated: bool) -> None:
+    """Create the fleet's folders. ``isolated`` (root runs it; replicas run as their teams'
+    users): those users must reach their checkpoint and work folders under ``root`` and
+    nothing else of it, so ``root`` and each folder above it must let others pass; the
+    store is made before the server starts so that it (and its journal) is root's alone.
+    Raises ``FleetError`` naming the folder and the fix."""
+    root.mkdir(parents=True, exist_ok=True)
+    for private in ("logs", TOKENS_DIR):
+        (root / private).mkdir(mode=0o700, exist_ok=True)
+        (root / private).chmod(0o700)
+    if not isolated:
+        return
+    root.chmod(0o711)
+    for above in root.parents:
+        if not above.stat().st_mode & 0o001:
+            raise FleetError(
+                f"{above} does not let other users pass (mode {above.stat().st_mode & 0o777:o}), "
+                f"so replicas, which run as their teams' users, cannot reach {root}. To fix: "
+                "pick a --data-dir outside it, e.g. /var/lib/boltforge/up"
+            )
+    store = root / "server.db"
+    os.close(os.open(store, os.O_WRONLY | os.O_CREAT, 0o600))
+    store.chmod(0o600)
 
 
 @dataclass(frozen=True)
@@ -153,8 +227,9 @@ def _agent_args(fleet: LocalFleet, node: Node) -> list[str]:
     path = fleet.root / "nodes" / f"{node.name}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(node.inventory)
-    args = ["agent", "--server", fleet.url, "--token", fleet.agent_token]
+    args = ["agent", "--server", fleet.url, "--token-file", str(fleet.root / TOKENS_DIR / "agent")]
     args += ["--inventory", str(path), "--work-dir", str(fleet.root / "agents" / node.name)]
+    args += [SHARED_FLAG] if fleet.shared else []
     return args + (["--ca", fleet.ca] if fleet.ca else []) + list(node.args)
 
 
@@ -168,7 +243,8 @@ def _server_args(fleet: LocalFleet, port: int, certs: Certificates | None) -> li
     return [
         "server",
         *("--db", f"sqlite:///{root / 'server.db'}", "--port", str(port)),
-        *("--admin-token", fleet.admin_token, "--agent-token", fleet.agent_token),
+        *("--admin-token-file", str(root / TOKENS_DIR / "admin")),
+        *("--agent-token-file", str(root / TOKENS_DIR / "agent")),
         *("--checkpoint-root", str(root / "checkpoints")),
         *DEMO_PREEMPTION,
         *tls,
@@ -178,7 +254,8 @@ def _server_args(fleet: LocalFleet, port: int, certs: Certificates | None) -> li
 def _spawn(log: Path, args: list[str]) -> int:
     """``python -m boltforge.cli.main ARGS`` with this interpreter's bin dir first on PATH
     (so ``python`` in a job's command is this environment's)."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = {k: v for k, v in os.environ.items() if k not in TOKEN_VARS}
+    env["PYTHONUNBUFFERED"] = "1"
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     with log.open("ab") as out:
         proc = subprocess.Popen(

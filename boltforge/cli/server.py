@@ -14,6 +14,7 @@ from sqlalchemy import select
 
 from boltforge import gctune, switching
 from boltforge.cli.common import errors, spec_errors
+from boltforge.cli.credentials import TokenSource, forget_env, read_token
 from boltforge.control.auth import new_token
 from boltforge.control.jobs.artifacts import StoreError
 from boltforge.control.nodes.agents import LeaseTerms
@@ -28,6 +29,8 @@ from boltforge.spec import units
 from boltforge.spec.images import ImagePolicy
 from boltforge.spec.teams import TeamsSpec, load_teams
 
+ADMIN_TOKEN = TokenSource("--admin-token", "--admin-token-file", "BOLT_ADMIN_TOKEN")
+AGENT_TOKEN = TokenSource("--agent-token", "--agent-token-file", "BOLT_AGENT_TOKEN")
 GRACEFUL_S = 3
 """Seconds open requests (the console's event streams) get to finish when the server stops."""
 
@@ -46,11 +49,39 @@ def server_command(
     checkpoint_root: Annotated[
         Path | None, typer.Option(help="Where jobs' checkpoint directories live.")
     ] = None,
+    admin_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="BOLT_ADMIN_TOKEN_FILE",
+            metavar="PATH",
+            help="File holding an admin token to accept (read once; keep it mode 600). Or "
+            "set BOLT_ADMIN_TOKEN.",
+            show_default=False,
+        ),
+    ] = None,
+    agent_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="BOLT_AGENT_TOKEN_FILE",
+            metavar="PATH",
+            help="File holding an agent token to accept (read once; keep it mode 600). Or "
+            "set BOLT_AGENT_TOKEN.",
+            show_default=False,
+        ),
+    ] = None,
     admin_token: Annotated[
-        str | None, typer.Option(envvar="BOLT_ADMIN_TOKEN", help="Admin token to accept.")
+        str | None,
+        typer.Option(
+            hidden=True,
+            help="Deprecated: visible to every user of the host; use --admin-token-file.",
+        ),
     ] = None,
     agent_token: Annotated[
-        str | None, typer.Option(envvar="BOLT_AGENT_TOKEN", help="Agent token to accept.")
+        str | None,
+        typer.Option(
+            hidden=True,
+            help="Deprecated: visible to every user of the host; use --agent-token-file.",
+        ),
     ] = None,
     min_runtime: Annotated[
         float, typer.Option(help="Seconds a job runs before it may be preempted.")
@@ -213,6 +244,22 @@ def server_command(
             "bucket's size; 0: one second's worth; at least 1 either way).",
         ),
     ] = 0.0,
+    max_body: Annotated[
+        int,
+        typer.Option(
+            min=1024,
+            help="Bytes a person's request body may hold; a larger one is refused with 413 "
+            "before it is parsed (the largest job spec intake accepts fits in 1 MiB).",
+        ),
+    ] = 2 << 20,
+    max_agent_body: Annotated[
+        int,
+        typer.Option(
+            min=1024,
+            help="Bytes an agent-protocol request body may hold (batched heartbeats of 10,000 "
+            "nodes of 8 replicas are about 8 MiB).",
+        ),
+    ] = 64 << 20,
     replica: Annotated[
         str,
         typer.Option(
@@ -293,6 +340,9 @@ def server_command(
     hold_s = _seconds("--recovery-hold", recovery_hold)
     if artifacts_url:
         _bucket(artifacts_url)
+    admin_token = read_token(ADMIN_TOKEN, admin_token, admin_token_file)
+    agent_token = read_token(AGENT_TOKEN, agent_token, agent_token_file)
+    forget_env()
     url = db or default_url()
     home = Path(user_data_dir("boltforge"))
     admin_token = admin_token or _first_admin_token(url, home)
@@ -320,6 +370,8 @@ def server_command(
         max_in_flight_agents=max_in_flight_agents,
         rate_per_caller=rate_per_caller,
         rate_burst=rate_burst,
+        max_body=max_body,
+        max_agent_body=max_agent_body,
         replica=replica,
         advertise_url=advertise_url,
         leader_lease=LeaseTimes(leader_lease, leader_lease / 6, leader_lease * 2 / 3),

@@ -4,6 +4,7 @@ on SQLite plus local agents standing in for 8-GPU hosts)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -19,8 +20,14 @@ from boltforge.cli.localfleet import FleetError, LocalFleet
 from boltforge.cli.remote import fail
 from boltforge.client import config_path
 
+SYSTEM_DIR = Path("/var/lib/boltforge/up")
+
 
 def default_dir() -> Path:
+    """Where ``bolt up`` keeps its fleet: under the user's data dir, or for root under
+    ``/var/lib/boltforge`` (root's home is closed to the users its replicas run as)."""
+    if os.geteuid() == 0:
+        return SYSTEM_DIR
     return Path(user_data_dir("boltforge")) / "up"
 
 
@@ -106,6 +113,7 @@ def _print_usage(fleet: LocalFleet, detach: bool) -> None:
         f"fleet: {fleet.hosts} host(s), {gpus} x H100-80GB, server {fleet.url}",
         f"console: {fleet.url}/console/ (sign in with the admin token {fleet.admin_token})",
         f"logs: {fleet.root / 'logs'}",
+        identity_line(fleet),
         *_tls_lines(fleet),
         f"saved the address and admin token in {config_path()}; try:",
         "  bolt submit examples/jobs/train-low.yaml --wait",
@@ -116,6 +124,16 @@ def _print_usage(fleet: LocalFleet, detach: bool) -> None:
         lines[-1] = f"stop it with `bolt down --data-dir {fleet.root}`"
     for line in lines:
         console.print(line, highlight=False, markup=False)
+
+
+def identity_line(fleet: LocalFleet) -> str:
+    """Which Unix user the fleet's replicas without an image run as."""
+    if fleet.shared:
+        return (
+            "identity: replicas without an image run as you, every team alike "
+            f"({localfleet.SHARED_FLAG}, a single-user fleet: {fleet.shared_why})"
+        )
+    return "identity: replicas without an image run as a user per team (bolt-<team>)"
 
 
 def _tls_lines(fleet: LocalFleet) -> list[str]:

@@ -18,6 +18,8 @@ from typing import Any
 import httpx
 import yaml
 
+from boltforge.cli.credentials import TOKEN_VARS
+from boltforge.cli.localfleet import write_private
 from boltforge.client import Client
 from boltforge.testing.postgres import free_port
 
@@ -43,13 +45,22 @@ def bolt() -> list[str]:
 
 
 def child_env(data: Path) -> dict[str, str]:
-    """The environment for a child: this venv first on PATH, its own data directory."""
-    env = dict(os.environ)
+    """The environment for a child: this venv first on PATH, its own data directory, and
+    no token variable of this process's (tokens go through ``token_file``)."""
+    env = {k: v for k, v in os.environ.items() if k not in TOKEN_VARS}
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env["XDG_DATA_HOME"] = str(data / "xdg-data")
     env["XDG_CONFIG_HOME"] = str(data / "xdg-config")
-    env.pop("BOLT_TOKEN", None)
     return env
+
+
+def token_file(data: Path, name: str, token: str) -> Path:
+    """``token`` in ``data/tokens/name``, readable by its owner alone: what a child is
+    given instead of the token on its command line."""
+    path = data / "tokens" / name
+    write_private(path, token + "\n")
+    path.parent.chmod(0o700)
+    return path
 
 
 @dataclass
@@ -104,7 +115,11 @@ def replica_pids(node: str) -> list[int]:
 class LocalCluster:
     """A server on ``db`` (SQLite in ``data`` by default) and ``hosts`` agents of 8 GPUs, two
     per rack. ``server_args`` go to ``bolt server`` (e.g. preemption settings);
-    ``agent_args`` to the ``bolt agent`` of the host they are keyed by (e.g. its prologs)."""
+    ``agent_args`` to the ``bolt agent`` of the host they are keyed by (e.g. its prologs).
+    ``shared_identity``: the agents run every team's replicas without an image as their own
+    user (``--allow-shared-identity``), as the fleet's tests expect; False: as root they
+    run each team as a user of its own (``agent/identity.py``), whose files must then be
+    reachable by those users."""
 
     data: Path
     hosts: int = 4
@@ -116,6 +131,7 @@ class LocalCluster:
     agent_token: str = "agt-token"
     port: int = 0
     servers: str = ""  # the agents' --server when not this cluster's own (replicas' list)
+    shared_identity: bool = True
     server: Proc | None = None
     agents: dict[str, Proc] = field(default_factory=dict)
 
@@ -142,10 +158,10 @@ class LocalCluster:
             db,
             "--port",
             str(self.port),
-            "--admin-token",
-            self.admin_token,
-            "--agent-token",
-            self.agent_token,
+            "--admin-token-file",
+            str(token_file(self.data, "admin", self.admin_token)),
+            "--agent-token-file",
+            str(token_file(self.data, "agent", self.agent_token)),
             "--checkpoint-root",
             str(self.data / "checkpoints"),
             *self.server_args,
@@ -177,12 +193,13 @@ class LocalCluster:
             "agent",
             "--server",
             self.servers or self.url,
-            "--token",
-            self.agent_token,
+            "--token-file",
+            str(token_file(self.data, "agent", self.agent_token)),
             "--inventory",
             str(inventory),
             "--work-dir",
             str(self.data / "agents" / name),
+            *(["--allow-shared-identity"] if self.shared_identity else []),
             *self.agent_args.get(name, []),
         ]
         proc = spawn(cmd, self.data / f"{name}.log", child_env(self.data), cwd=Path.cwd())

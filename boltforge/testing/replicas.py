@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 
 from boltforge.testing.postgres import free_port
-from boltforge.testing.processes import Proc, bolt, child_env, spawn, wait_until
+from boltforge.testing.processes import Proc, bolt, child_env, spawn, token_file, wait_until
 
 ADMIN_TOKEN, AGENT_TOKEN = "adm-token", "agt-token"
 EXIT_DEPOSED = 75  # control/replicas.py
@@ -67,10 +67,10 @@ class ReplicaSet:
             replica.db or self.db,
             "--port",
             str(replica.port),
-            "--admin-token",
-            ADMIN_TOKEN,
-            "--agent-token",
-            AGENT_TOKEN,
+            "--admin-token-file",
+            str(token_file(self.data, "admin", ADMIN_TOKEN)),
+            "--agent-token-file",
+            str(token_file(self.data, "agent", AGENT_TOKEN)),
             "--checkpoint-root",
             str(self.data / "checkpoints"),
             "--replica",

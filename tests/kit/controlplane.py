@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from boltforge.cli.localfleet import free_port, inventory
+from boltforge.cli.localfleet import free_port, inventory, write_private
 from boltforge.client import Client
 from boltforge.testing.processes import wait_until
 from boltforge.tls import Certificates
@@ -110,8 +110,11 @@ class Plane:
             inv.parent.mkdir(parents=True, exist_ok=True)
             inv.write_text(inventory(i))
             work = self.home / "agents" / f"host-{i}"
-            line = ["agent", "--server", self.url, "--token", AGENT, "--inventory", str(inv)]
-            line += ["--work-dir", str(work), *args]
+            token = self.home / "tokens" / "agent"
+            write_private(token, AGENT + "\n")
+            line = ["agent", "--server", self.url, "--token-file", str(token)]
+            line += ["--inventory", str(inv), "--work-dir", str(work)]
+            line += ["--allow-shared-identity", *args]  # replicas run as the test's user
             self.agents.append(_start(line, self.home / "logs" / f"host-{i}.log", self.env()))
         want = len(self.agents)
         with self.client() as c:
@@ -138,7 +141,9 @@ def control_plane(
     (home / "logs").mkdir(parents=True, exist_ok=True)
     port = free_port()
     args = ["server", "--db", f"sqlite:///{home / 'server.db'}", "--port", str(port)]
-    args += ["--admin-token", ADMIN, "--agent-token", AGENT]
+    for name, token in (("admin", ADMIN), ("agent", AGENT)):
+        write_private(home / "tokens" / name, token + "\n")
+        args += [f"--{name}-token-file", str(home / "tokens" / name)]
     args += ["--checkpoint-root", str(home / "checkpoints"), *server_args]
     if tls is not None:
         args += ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key)]

@@ -74,10 +74,18 @@ def test_the_agent_says_which_engine_runs_replicas_with_an_image(
 def test_the_default_work_dir_is_per_node_under_the_users_data(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     assert default_work_dir("host-0") == tmp_path / "data" / "boltforge" / "agent" / "host-0"
     assert default_work_dir("../etc/x").name == "_etc_x"
     assert default_work_dir("../etc/x").parent == tmp_path / "data" / "boltforge" / "agent"
+
+
+def test_roots_default_work_dir_is_one_its_replicas_users_can_reach(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert default_work_dir("host-0") == Path("/var/lib/boltforge/agent/host-0")
 
 
 # --- prolog and epilog scripts ----------------------------------------------------------------
