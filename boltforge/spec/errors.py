@@ -64,6 +64,14 @@ _HINTS = {
     ),
 }
 
+# Limits (``spec/bounds.py``) whose own message names the limit; the fix is added.
+_FIXES = {
+    "string_too_long": "shorten it",
+    "too_long": "give fewer items",
+    "less_than": "change the value",
+    "finite_number": "give a finite number",
+}
+
 
 def _path(prefix: str, loc: tuple[int | str, ...]) -> str:
     out = prefix
@@ -91,6 +99,8 @@ def from_validation(source: str, prefix: str, error: ValidationError) -> SpecErr
             message = _HINTS[kind]
         elif kind in _HINTS:
             message = f"{message}. To fix: change the value"
+        elif kind in _FIXES:
+            message = f"{message}. To fix: {_FIXES[kind]}"
         value = _MISSING if kind == "missing" else e.get("input", _MISSING)
         if isinstance(value, dict | list):
             value = _MISSING

@@ -20,7 +20,21 @@ from pydantic import (
 from boltforge.core.model.gang import SpotPolicy, TopologyRule
 from boltforge.core.model.levels import Level
 from boltforge.core.sharing.share import ShareAsk
-from boltforge.spec import units
+from boltforge.spec.bounds import (
+    MAX_GPUS,
+    MAX_GPUS_PER_REPLICA,
+    MAX_ITEMS,
+    MAX_REPLICAS,
+    Command,
+    Cpus,
+    Date,
+    Duration,
+    Env,
+    GpuMemoryGb,
+    Item,
+    MemoryGb,
+    Text,
+)
 from boltforge.spec.errors import Problem, SpecError, from_validation
 from boltforge.spec.loader import read_yaml
 
@@ -30,22 +44,21 @@ PRIORITY_CLASSES = {"serving": 0, "high": 1, "normal": 2, "interactive": 2, "low
 MIG_PROFILE = re.compile(r"^[1-7]g\.\d+gb$")  # e.g. 1g.10gb, 3g.40gb
 SHORTHAND = re.compile(r"^\s*(\d+)\s*[xX]\s*([A-Za-z0-9][A-Za-z0-9_.-]*)\s*$")
 NAME = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+MAX_GPUS_TEXT = 80  # characters of a `gpus` value such as `64xH100-80GB`
 # Restarts after failures not of the job's making (its node died or stopped it) before it fails.
 DEFAULT_MAX_RESTARTS = 3
 
-Duration = Annotated[float, BeforeValidator(units.seconds)]
-
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Parallelism(_Strict):
     """Tensor-parallel group size (one NVLink island), pipeline stages, data-parallel replicas."""
 
-    tensor: int = Field(1, ge=1)
-    pipeline: int = Field(1, ge=1)
-    data: int = Field(0, ge=0)
+    tensor: int = Field(1, ge=1, le=MAX_GPUS_PER_REPLICA)
+    pipeline: int = Field(1, ge=1, le=MAX_REPLICAS)
+    data: int = Field(0, ge=0, le=MAX_REPLICAS)
 
 
 class TopologySpec(_Strict):
@@ -75,8 +88,8 @@ class TopologySpec(_Strict):
 class Elastic(_Strict):
     """Replica range an elastic job may be resized within."""
 
-    min: int = Field(ge=1)
-    max: int = Field(ge=1)
+    min: int = Field(ge=1, le=MAX_REPLICAS)
+    max: int = Field(ge=1, le=MAX_REPLICAS)
 
 
 class Checkpoint(_Strict):
@@ -102,11 +115,11 @@ class GpuNeed(_Strict):
     or ``fraction`` of a GPU (time-sliced or MPS) with at most ``memory_gb`` of its memory
     (unset: that fraction of the GPU's memory)."""
 
-    types: list[str] = []
-    min_memory_gb: float = Field(0, ge=0)
-    mig: str | None = None
+    types: list[Item] = Field([], max_length=MAX_ITEMS)
+    min_memory_gb: GpuMemoryGb = 0
+    mig: str | None = Field(None, max_length=20)
     fraction: float | None = Field(None, gt=0, lt=1)
-    memory_gb: float | None = Field(None, gt=0)
+    memory_gb: GpuMemoryGb | None = Field(None, gt=0)
 
     @field_validator("mig")
     @classmethod
@@ -153,16 +166,18 @@ class RoleSpec(_Strict):
     """One role of a gang: ``replicas`` x (``gpus`` per replica, CPUs, memory)."""
 
     name: str = Field("worker", pattern=NAME)
-    replicas: int = Field(1, ge=1, le=100_000)
-    gpus: int = Field(0, ge=0, le=64, description="GPUs per replica (one host each)")
-    cpus: float = Field(0, ge=0)
-    memory_gb: float = Field(0, ge=0)
-    storage_gb: float = Field(0, ge=0, description="local storage per replica (storage nodes)")
+    replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
+    gpus: int = Field(
+        0, ge=0, le=MAX_GPUS_PER_REPLICA, description="GPUs per replica (one host each)"
+    )
+    cpus: Cpus = 0
+    memory_gb: MemoryGb = 0
+    storage_gb: MemoryGb = Field(0, description="local storage per replica (storage nodes)")
     gpu: Annotated[GpuNeed, BeforeValidator(_gpu_field)] = GpuNeed()
-    min_gpu_memory_gb: float = Field(0, ge=0)
+    min_gpu_memory_gb: GpuMemoryGb = 0
     parallelism: Parallelism = Parallelism()
-    command: list[str] | str | None = None
-    image: str | None = None
+    command: Command = None
+    image: Text | None = None
 
     @model_validator(mode="after")
     def _tensor_divides(self) -> Self:
@@ -194,17 +209,17 @@ class JobSpec(_Strict):
 
     name: str = Field(pattern=NAME)
     team: str = Field(pattern=NAME)
-    project: str | None = None
+    project: str | None = Field(None, max_length=63)
     priority: Annotated[int | str, BeforeValidator(_priority)] = "normal"
     gpus: int | str | None = None
-    per_node: int | None = Field(None, ge=1, le=64)
-    cpus: float = Field(0, ge=0)
-    memory_gb: float = Field(0, ge=0)
-    storage_gb: float = Field(0, ge=0, description="local storage per replica (storage nodes)")
+    per_node: int | None = Field(None, ge=1, le=MAX_GPUS_PER_REPLICA)
+    cpus: Cpus = 0
+    memory_gb: MemoryGb = 0
+    storage_gb: MemoryGb = Field(0, description="local storage per replica (storage nodes)")
     gpu: Annotated[GpuNeed, BeforeValidator(_gpu_field)] = GpuNeed()
-    min_gpu_memory_gb: float = Field(0, ge=0)
+    min_gpu_memory_gb: GpuMemoryGb = 0
     parallelism: Parallelism = Parallelism()
-    roles: list[RoleSpec] = []
+    roles: list[RoleSpec] = Field([], max_length=MAX_ITEMS)
     topology: TopologySpec = TopologySpec()
     elastic: Elastic | None = None
     preemptible: bool = True
@@ -216,14 +231,14 @@ class JobSpec(_Strict):
     )
     checkpoint: Checkpoint = Checkpoint()
     health: HealthSpec = HealthSpec()
-    deadline: datetime | None = None
+    deadline: Date | None = None
     time_limit: Duration | None = None
     spot: SpotPolicy = SpotPolicy.ALLOWED
-    pools: list[str] = []
-    command: list[str] | str | None = None
-    image: str | None = None
+    pools: list[Item] = Field([], max_length=MAX_ITEMS)
+    command: Command = None
+    image: Text | None = None
     workdir: str | None = Field(None, max_length=4096)
-    env: dict[str, str] = {}
+    env: Env = {}
     outputs: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
         [],
         max_length=64,
@@ -251,6 +266,10 @@ class JobSpec(_Strict):
             raise ValueError("must be a count or COUNTxTYPE. To fix: e.g. `64` or `64xH100`")
         if parsed[0] < 1:
             raise ValueError("must be at least 1. To fix: ask for 1 or more GPUs, or omit it")
+        if parsed[0] > MAX_GPUS:
+            raise ValueError(
+                f"must be at most {MAX_GPUS} (no fleet is larger). To fix: ask for fewer GPUs"
+            )
         return value
 
     @field_validator("deadline", mode="before")
@@ -333,7 +352,9 @@ def parse_gpus(value: int | str) -> tuple[int, str | None] | None:
     ``"64xH100"`` gives (64, "H100"); None for text of neither form."""
     if isinstance(value, int):
         return value, None
-    if value.strip().isdigit():
+    if len(value) > MAX_GPUS_TEXT:
+        return None
+    if value.strip().isascii() and value.strip().isdigit():
         return int(value), None
     m = SHORTHAND.match(value)
     return (int(m.group(1)), m.group(2)) if m else None

@@ -24,22 +24,22 @@ when it scales down.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self
+from typing import Any, Literal, Self
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from boltforge.core.serving.autoscale import Autoscale
-from boltforge.spec import units
+from boltforge.spec.bounds import MAX_DURATION_S, Duration
 from boltforge.spec.errors import _MISSING, Problem, SpecError, from_validation
 from boltforge.spec.job import JobSpec, parse_job
 from boltforge.spec.loader import read_yaml
 
-Duration = Annotated[float, BeforeValidator(units.seconds)]
 MAX_REPLICAS = 1000
+MAX_RATE = 1e9  # requests per second, or waiting, per replica
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Replicas(_Strict):
@@ -58,10 +58,10 @@ class Replicas(_Strict):
 class AutoscaleSpec(_Strict):
     """The signals' targets and the scaler's timing (``core/serving/autoscale.py``)."""
 
-    target_queue: float = Field(4.0, gt=0)
-    rps_per_replica: float | None = Field(None, gt=0)
+    target_queue: float = Field(4.0, gt=0, le=MAX_RATE)
+    rps_per_replica: float | None = Field(None, gt=0, le=MAX_RATE)
     target_utilization: float = Field(0.7, gt=0, le=1)
-    latency_slo_ms: float | None = Field(None, gt=0)
+    latency_slo_ms: float | None = Field(None, gt=0, le=MAX_DURATION_S * 1000)
     kv_cache_high: float = Field(0.9, gt=0, le=1)
     tolerance: float = Field(0.1, ge=0, lt=1)
     scale_down_window: Duration = 300.0

@@ -8,8 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from boltforge.core.model.state import Allocation, Conflict, FleetState, Grant
 from boltforge.core.model.topology import TopologyTree
+from boltforge.spec.bounds import Duration
 from boltforge.spec.errors import Problem, SpecError, from_validation
-from boltforge.spec.job import Duration
 from boltforge.spec.loader import read_yaml
 
 

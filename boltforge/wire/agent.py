@@ -9,15 +9,18 @@ the server has moved past is refused, so a partitioned node cannot act on a stal
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+INT32 = 2**31 - 1  # what every store keeps in an integer column (PostgreSQL's ``integer``)
+MAX_CPUS = 100_000
+Int32 = Annotated[int, Field(ge=-INT32 - 1, le=INT32)]
 
 
 class _Wire(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class Inventory(_Wire):
@@ -34,10 +37,10 @@ class Inventory(_Wire):
     gpu: str = "none"
     gpu_memory_gb: float = Field(0, ge=0)
     gpus: int = Field(0, ge=0, le=64)
-    nvlink_island: int | None = Field(None, ge=1)
-    cpus: int = Field(1, ge=1)
+    nvlink_island: int | None = Field(None, ge=1, le=64)
+    cpus: int = Field(1, ge=1, le=MAX_CPUS)
     memory_gb: float = Field(1, gt=0)
-    rails: int | None = Field(None, ge=1)
+    rails: int | None = Field(None, ge=1, le=64)
     pod: str = Field("pod0", pattern=NAME)
     rack: str = Field("rack0", pattern=NAME)
     tier: Literal["reserved", "on-demand", "spot"] = "reserved"
@@ -57,9 +60,9 @@ class ReplicaStatus(_Wire):
 
     replica: str
     job: str
-    epoch: int
+    epoch: Int32
     state: Literal["running", "stopping", "exited"]
-    pid: int | None = None
+    pid: Int32 | None = None
 
 
 class Registration(_Wire):
@@ -88,7 +91,7 @@ class GpuActivity(_Wire):
     """One GPU's activity as NVML sampled it: compute utilization (percent of the last sample
     period a kernel ran) and device memory in use."""
 
-    index: int = Field(ge=0)
+    index: int = Field(ge=0, le=INT32)
     util_pct: float = Field(ge=0, le=100)
     memory_used_mib: float = Field(ge=0)
 
@@ -195,12 +198,12 @@ class ReplicaEvent(_Wire):
 
     replica: str
     job: str
-    epoch: int
+    epoch: Int32
     kind: Literal["started", "exited", "failed"]
     at: float
-    pid: int | None = None
-    exit_code: int | None = None
-    signal: int | None = None
+    pid: Int32 | None = None
+    exit_code: Int32 | None = None
+    signal: Int32 | None = None
     checkpoint_s: float | None = None
     detail: str = ""
     by_node: bool = False
@@ -213,8 +216,8 @@ class LogChunk(_Wire):
 
     replica: str
     job: str
-    epoch: int
-    seq: int = Field(ge=0)
+    epoch: Int32
+    seq: int = Field(ge=0, le=INT32)
     data: str
 
 
@@ -224,9 +227,9 @@ class Progress(_Wire):
 
     replica: str
     job: str
-    epoch: int
-    rank: int = Field(ge=0)
-    step: int = Field(ge=0)
+    epoch: Int32
+    rank: int = Field(ge=0, le=INT32)
+    step: int = Field(ge=0, le=INT32)
     at: float
     step_time_s: float | None = Field(None, ge=0)
     checkpoint: bool = False

@@ -6,6 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+MAX_LOAD = 1e12  # requests per second, requests waiting or milliseconds a gateway reports
+
 
 class ServiceRequest(BaseModel):
     """``POST /v1/services``: a service spec, as parsed JSON (``spec``) or YAML text
@@ -23,11 +25,11 @@ class GatewayLoad(BaseModel):
     """``POST /v1/services/{name}/load``: what a gateway in front of the service sees, for a
     service with no replica to report (scaled to zero) or one whose replicas do not."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    requests_per_s: float = Field(0.0, ge=0)
-    queued: float = Field(0.0, ge=0)
-    p99_ms: float | None = Field(None, ge=0)
+    requests_per_s: float = Field(0.0, ge=0, le=MAX_LOAD)
+    queued: float = Field(0.0, ge=0, le=MAX_LOAD)
+    p99_ms: float | None = Field(None, ge=0, le=MAX_LOAD)
 
 
 class ServiceLoad(BaseModel):

@@ -28,7 +28,8 @@ from boltforge.spec.teams import TeamsSpec
 from boltforge.wire.jobs import SubmitRequest
 
 MAX_TASKS = 10_000
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?(?::(\d+))?$")
+MAX_INDEX = 2**31 - 1  # an array index, as every store keeps it (a 32-bit integer)
+_RANGE = re.compile(r"^(\d{1,20})(?:-(\d{1,20}))?(?::(\d{1,20}))?$")
 PRIORITY_NAMES = {0: "serving", 1: "high", 2: "normal", 3: "low"}
 
 
@@ -91,7 +92,9 @@ def _command(spec: JobSpec) -> object:
 
 
 def parse_array(text: str, source: str = "job") -> list[int]:
-    """Array indices from ``0-99``, ``0-99:2`` (a step) or ``1,3,5-7``, sorted and unique."""
+    """Array indices from ``0-99``, ``0-99:2`` (a step) or ``1,3,5-7``, sorted and unique;
+    ``SpecError`` naming ``array`` for any other text, more than ``MAX_TASKS`` tasks, or an
+    index above ``MAX_INDEX``."""
     out: set[int] = set()
     for part in text.replace(" ", "").split(","):
         m = _RANGE.match(part)
@@ -112,6 +115,13 @@ def parse_array(text: str, source: str = "job") -> list[int]:
         too_many = _error(source, "array", f"more than {MAX_TASKS} tasks. To fix: split it", text)
         if (hi - lo) // step + 1 > MAX_TASKS:  # before making a huge range
             raise too_many
+        if hi > MAX_INDEX:
+            raise _error(
+                source,
+                "array",
+                f"an index is above {MAX_INDEX}. To fix: number the tasks from 0, e.g. 0-99",
+                text,
+            )
         out.update(range(lo, hi + 1, step))
         if len(out) > MAX_TASKS:  # counted once each: overlapping ranges repeat indices
             raise too_many

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -25,6 +26,7 @@ from boltforge.control.scheduling.lifecycle import HOLDING, WAITING
 from boltforge.control.store.mirror import LiveJob, LiveNode, LiveReplica, Mirror
 from boltforge.control.store.models import JobRow, NodeRow, RunRow
 from boltforge.core.cycle import Snapshot, count_holding, holdings_of
+from boltforge.core.model.gang import Gang
 from boltforge.core.model.state import Allocation, Conflict, FleetState, Grant
 from boltforge.core.model.workload import Hold, Job, Running, Usage
 from boltforge.core.placement.routing import RoutingFacts
@@ -46,12 +48,12 @@ ROUTING_REFRESH_S = 60.0  # how often interruption rates are re-read from the st
 class Caches:
     """What passes may reuse: the fleet per node set (by the mirror's ``fleet_version``, or
     by the nodes' inventories when read from the store), each node's parsed inventory, and
-    each live job as the core sees it on that fleet (None: its spec names hardware the fleet
-    lacks). Specs never change after submit, so a job is built once per fleet; jobs that
-    ended are dropped by full passes."""
+    each live job as the core sees it on that fleet (or, for a job the core cannot take,
+    the reason why: see ``resolve``). Specs never change after submit, so a job is built once
+    per fleet; jobs that ended are dropped by full passes."""
 
     fleets: dict[tuple[object, ...], Fleet] = field(default_factory=dict)
-    jobs: dict[str, Job | None] = field(default_factory=dict)
+    jobs: dict[str, Job | str] = field(default_factory=dict)
     routing: tuple[float, RoutingFacts | None] | None = None
     inventories: dict[str, tuple[object, Inventory]] = field(default_factory=dict)
 
@@ -375,12 +377,14 @@ def _allocate(state: FleetState, allocation: Allocation) -> bool:
 
 def _job(world: World, row: LiveJob, caches: Caches) -> Job | None:
     """The core's view of ``row`` (built from its spec once per fleet), with the runtime
-    learned from jobs like it when it has no time limit (``world.estimate``)."""
+    learned from jobs like it when it has no time limit (``world.estimate``). None for a job
+    the core cannot take: it is set aside in ``world.unresolved`` with the reason, which the
+    pass records as the job's waiting reason, and the pass goes on for every other job."""
     if row.id not in caches.jobs:
-        caches.jobs[row.id] = job_of(row, world.fleet)
+        caches.jobs[row.id] = resolve(row, world.fleet)
     job = caches.jobs[row.id]
-    if job is None:
-        world.unresolved[row.id] = "its spec names GPUs this fleet does not have"
+    if isinstance(job, str):
+        world.unresolved[row.id] = job
         return None
     if job.time_limit is None and world.estimate is not None:
         learned = world.estimate(row.team, str(row.spec.get("name", "")), row.gpus)
@@ -392,13 +396,41 @@ def _job(world: World, row: LiveJob, caches: Caches) -> Job | None:
 
 
 def job_of(row: JobRow | LiveJob, fleet: Fleet) -> Job | None:
-    """The core ``Job`` for ``row`` on ``fleet`` (None when its spec names hardware the
-    fleet lacks)."""
-    spec = row.spec
+    """The core ``Job`` for ``row`` on ``fleet``; None when the core cannot take it (see
+    ``resolve`` for why)."""
+    job = resolve(row, fleet)
+    return job if isinstance(job, Job) else None
+
+
+def resolve(row: JobRow | LiveJob, fleet: Fleet) -> Job | str:
+    """The core ``Job`` for ``row`` on ``fleet``, or the reason it cannot be one, ending
+    with the fix: its spec names hardware the fleet lacks, or the stored spec is one this
+    version does not accept (a row written by an older version or straight into the store,
+    say with a deadline outside the dates intake allows). Never raises for a bad spec."""
     try:
-        gang = to_gang(JobSpec.model_validate(spec), fleet.tree, row.id)
+        spec = JobSpec.model_validate(row.spec)
+    except ValidationError as e:
+        first = e.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"]) or "spec"
+        why = str(first["msg"]).removeprefix("Value error, ")
+        return (
+            f"its stored spec is not valid here ({where}: {why}). To fix: cancel it "
+            "and submit it again"
+        )
+    try:
+        gang = to_gang(spec, fleet.tree, row.id)
     except SpecError:
-        return None
+        return "its spec names GPUs this fleet does not have"
+    try:
+        return _core_job(row, gang)
+    except (ValueError, TypeError, KeyError, OverflowError) as e:
+        return f"its spec cannot be scheduled ({e}). To fix: cancel it and submit it again"
+
+
+def _core_job(row: JobRow | LiveJob, gang: Gang) -> Job:
+    """``row`` as the core's ``Job`` with ``gang``; raises ValueError (and its kin) for a
+    stored spec whose values the core cannot order by."""
+    spec = row.spec
     elastic = spec.get("elastic")
     deadline = spec.get("deadline")
     limit = spec.get("time_limit")
