@@ -17,7 +17,6 @@ from boltforge.cli.remote import (
     JsonOpt,
     ServerOpt,
     TokenOpt,
-    ago,
     api_errors,
     cell,
     connect,
@@ -155,8 +154,8 @@ def _binding(nodes: list[str] | None) -> str:
 def list_command(
     json: JsonOpt = False, server: ServerOpt = None, token: TokenOpt = None, ca: CaOpt = None
 ) -> None:
-    """List the tokens: id, who, role, team, nodes, age, expiry, last use and state. Never
-    a token itself (it was shown once, when made)."""
+    """List the tokens: id, who, role, team, nodes, age, time left, how long since last
+    used (to the minute) and state. Never a token itself (it was shown once, when made)."""
     with connect(server, token) as client, api_errors("tokens"):
         listing = client.tokens()
     if json:
@@ -168,12 +167,13 @@ def list_command(
     console.print(tokens_table(listing.tokens, time.time()))
 
 
-COLUMNS = ("ID", "NAME", "ROLE", "TEAM", "NODES", "CREATED", "EXPIRES", "LAST USED", "STATE")
+COLUMNS = ("ID", "NAME", "ROLE", "TEAM", "NODES", "AGE", "EXPIRES", "USED", "STATE")
 
 
 def tokens_table(tokens: list[TokenOut], now: float) -> Table:
     """One row per token. NAME and NODES give way on a narrow terminal (cut with an
-    ellipsis); the short columns keep their width."""
+    ellipsis); the short columns keep their width. AGE, EXPIRES (time left) and USED (time
+    since) are spans: ``45 s``, ``12 min``, ``3.5 h``, ``30 d``."""
     table = Table(box=None, pad_edge=False, header_style="bold")
     for name in COLUMNS:
         gives = name in ("NAME", "NODES")
@@ -185,9 +185,9 @@ def tokens_table(tokens: list[TokenOut], now: float) -> Table:
             t.role,
             t.team or "-",
             cell(_nodes_cell(t)),
-            ago(t.created_at, now),
+            span(now - t.created_at),
             _expires_cell(t.expires_at, now),
-            ago(t.last_used_at, now),
+            "-" if t.last_used_at is None else f"{span(now - t.last_used_at)}",
             Text(t.state, style={"active": "green", "revoked": "red"}.get(t.state, "yellow")),
         )
     return table
@@ -204,7 +204,7 @@ def _nodes_cell(t: TokenOut) -> str:
 def _expires_cell(at: float | None, now: float) -> str:
     if at is None:
         return "never"
-    return f"in {span(at - now)}" if at > now else f"{span(now - at)} ago"
+    return span(at - now) if at > now else "past"
 
 
 @token_app.command("revoke")

@@ -216,22 +216,21 @@ def bump(s: Session) -> None:
         s.add(CounterRow(name=GENERATION, value=1))
 
 
-def claim(s: Session, who: Caller, node: str, at: float, registering: bool) -> str | None:
+def claim(s: Session, who: Caller, node: str, at: float, registering: bool) -> Claimed:
     """Let agent token ``who`` act for ``node``, recording its claim where that is how it is
-    bound; None when it may, else the reason it may not (a sentence with its fix).
+    bound: whether it may (else the reason, a sentence with its fix), and whether the node
+    was taken from another token.
 
     A token bound by name or pattern may act for matching nodes; registering one records the
     claim, so that no claiming token takes the node. A claiming token may act for a node no
     live token claimed, or that it claimed itself."""
     scope = who.nodes
     if who.role == "admin" or scope is None:
-        return None if who.role == "admin" else f"a {who.role} token acts for no node"
+        return Claimed(None if who.role == "admin" else f"a {who.role} token acts for no node")
     if scope.bound_to(node):
-        if registering:
-            _record(s, node, who, at)
-        return None
+        return Claimed(None, registering and _record(s, node, who, at))
     if not scope.claims:
-        return (
+        return Claimed(
             f"token {who.name} is bound to {', '.join(scope.patterns)}, not node {node}. "
             f"To fix: use the node's own token, or bind one with "
             f"`bolt token create NAME --role agent --node {node}`"
@@ -240,25 +239,35 @@ def claim(s: Session, who: Caller, node: str, at: float, registering: bool) -> s
     if held is not None and held.token_id != who.token_id:
         holder = s.get(TokenRow, held.token_id)
         if holder is not None and state_of(holder, at) == "active":
-            return (
+            return Claimed(
                 f"node {node} belongs to token {holder.name} (id {holder.id}). To fix: use "
                 f"that token, or revoke it (`bolt token revoke {holder.id}`) first"
             )
-    if held is None or held.token_id != who.token_id:
-        _record(s, node, who, at)
-    return None
+    return Claimed(None, _record(s, node, who, at))
 
 
-def _record(s: Session, node: str, who: Caller, at: float) -> None:
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """What ``claim`` found: why the token may not act for the node (None: it may), and
+    whether the node was taken from another token (whose remembered scope is then stale)."""
+
+    refused: str | None
+    moved: bool = False
+
+
+def _record(s: Session, node: str, who: Caller, at: float) -> bool:
+    """Record that ``node`` belongs to ``who``; whether it belonged to another token."""
     assert who.token_id is not None
     held = s.get(NodeClaimRow, node)
     if held is None:
         s.add(NodeClaimRow(node=node, token_id=who.token_id, at=at))
-    elif held.token_id != who.token_id:
-        held.token_id, held.at = who.token_id, at
-    else:
-        return
+        bump(s)
+        return False
+    if held.token_id == who.token_id:
+        return False
+    held.token_id, held.at = who.token_id, at
     bump(s)
+    return True
 
 
 def find(s: Session, ref: str) -> TokenRow:

@@ -98,6 +98,7 @@ class TokenCache:
         after reading its token again; the reasons for the nodes it may not act for (empty:
         it may act for all). Reads and may write the store: call it from a worker thread."""
         refused: list[str] = []
+        moved = False
         with self.db.session() as s:
             now = self.clock()
             row = s.get(TokenRow, who.token_id) if who.token_id is not None else None
@@ -107,11 +108,14 @@ class TokenCache:
             for node in nodes:
                 if not registering and fresh.acts_for_node(node):
                     continue
-                reason = auth.claim(s, fresh, node, now, registering)
-                if reason is not None:
-                    refused.append(reason)
+                done = auth.claim(s, fresh, node, now, registering)
+                moved = moved or done.moved
+                if done.refused is not None:
+                    refused.append(done.refused)
                 elif fresh.nodes is not None and not fresh.nodes.allows(node):
                     fresh = replace(fresh, nodes=fresh.nodes.with_claim(node))
+        if moved:  # the token it was taken from may not act for it any more
+            self.forget()
         if row is not None:
             self._remember(row.digest, replace(fresh, source=""))
         return refused
