@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.markup import escape
 
 from boltforge.cli.common import EXIT_BAD_INPUT, errors
+
+if TYPE_CHECKING:
+    from boltforge.slurm.identity import TeamUsers
 
 
 def slurm_bridge_command(
@@ -34,6 +37,23 @@ def slurm_bridge_command(
     default_team: Annotated[
         str, typer.Option(help="The team of jobs that name no Slurm account.")
     ] = "default",
+    team_user: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="TEAM=USER",
+            help="The Slurm user that runs TEAM's `bolt submit` jobs (repeat for several), "
+            "e.g. nlp=nlp_svc. A team with no user (here or by --team-user-pattern) has its "
+            "jobs refused; never root. sbatch jobs stay their sender's.",
+        ),
+    ] = None,
+    team_user_pattern: Annotated[
+        str | None,
+        typer.Option(
+            metavar="PATTERN",
+            help="The Slurm user of a team --team-user does not name: {team} is replaced by "
+            "the team's name, e.g. 'bolt-{team}'. Default: none (such teams are refused).",
+        ),
+    ] = None,
     grace: Annotated[
         float, typer.Option(metavar="SECONDS", help="Checkpoint grace of a preempted job.")
     ] = 60.0,
@@ -74,6 +94,7 @@ def slurm_bridge_command(
         errors.print(f"[bold red]error[/] --topology: no file {where}", highlight=False)
         raise typer.Exit(EXIT_BAD_INPUT)
     switches = parse_topology(topo.read_text()) if topo is not None and topo.is_file() else {}
+    team_users = _team_users(team_user or [], team_user_pattern)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
@@ -85,6 +106,7 @@ def slurm_bridge_command(
             partition or ["bolt"],
             topology=switches,
             default_team=default_team,
+            team_users=team_users,
             grace_s=grace,
             poll_s=poll,
             wake_file=wake_file,
@@ -94,3 +116,25 @@ def slurm_bridge_command(
     switching.responsive()
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve())
+
+
+def _team_users(pairs: list[str], pattern: str | None) -> TeamUsers:
+    """The team -> Slurm user map of ``--team-user`` and ``--team-user-pattern``; exits 2
+    naming the option when a pair is malformed or names a missing or root user."""
+    from boltforge.slurm.identity import TeamUsers, parse_team_users
+
+    try:
+        users = TeamUsers(parse_team_users(pairs), pattern)
+    except ValueError as e:
+        _bad("--team-user", str(e))
+    if pattern is not None and "{team}" not in pattern:
+        why = f"{pattern!r} has no {{team}}, so every team would share one user"
+        _bad("--team-user-pattern", f"{why}. To fix: e.g. 'bolt-{{team}}', or use --team-user")
+    for problem in users.problems():
+        _bad("--team-user", problem)
+    return users
+
+
+def _bad(option: str, why: str) -> NoReturn:
+    errors.print(f"[bold red]error[/] {option}: {escape(why)}", highlight=False)
+    raise typer.Exit(EXIT_BAD_INPUT)

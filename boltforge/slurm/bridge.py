@@ -13,7 +13,8 @@ Each pass (every ``poll_s``, or at once when a node's desired state changes) it:
    exactly their nodes; a replica to stop gets ``SIGTERM`` (the checkpoint signal) and,
    once its job ended or its grace ran out, its job is requeued held; a job sent with
    ``bolt submit`` (no Slurm job stands for it) gets one made for each placement
-   (``launch.py``), ended rather than requeued when stopped;
+   (``launch.py``), submitted as the Slurm user its team maps to (``identity.py``), ended
+   rather than requeued when stopped;
 5. reports what Slurm did to the jobs it started: running, finished (with the exit code),
    ended with a node;
 6. writes why each job waits, or where it went, into its comment (``squeue -o "%i %k"``).
@@ -21,6 +22,12 @@ Each pass (every ``poll_s``, or at once when a node's desired state changes) it:
 A job's replicas map to its nodes: replica ``J.E.r`` runs on the ``r``-th node of the
 gang. The bridge never decides where anything runs; it only does what the server's desired
 states say, and says what happened.
+
+Identity: a job sent with ``sbatch`` stays its sender's (the bridge never submits it again,
+only pins, releases, signals and requeues it, which keep its user). A job the bridge makes
+runs as its team's Slurm user, never as root, the bridge's own user or another team's; a
+team with no usable user, or a replica the batch script cannot carry safely, fails with the
+reason and the fix, and nothing is submitted for it.
 """
 
 from __future__ import annotations
@@ -37,7 +44,8 @@ from boltforge.agent.client import AgentClientError, ServerClient, SessionLost
 from boltforge.client import ApiFailure, Client
 from boltforge.slurm.commands import Slurm, SlurmError
 from boltforge.slurm.gang import TAG, BridgeState, Gang, job_comment, parse_admin_comment
-from boltforge.slurm.launch import batch_script, gpus_per_node
+from boltforge.slurm.identity import NoIdentity, RunAs, TeamUsers, submit_prefix
+from boltforge.slurm.launch import Unlaunchable, batch_script, gpus_per_node
 from boltforge.slurm.model import SlurmJob, SlurmNode
 from boltforge.slurm.translate import (
     COMMAND,
@@ -52,6 +60,7 @@ from boltforge.wire.agent import (
     Lease,
     Registration,
     ReplicaEvent,
+    ReplicaSpec,
     ReplicaStatus,
 )
 from boltforge.wire.jobs import TERMINAL, SubmitRequest
@@ -64,6 +73,13 @@ SHARED_NODE = (
     "were placed on one node; ask for whole nodes (gpus a multiple of the node's GPUs)"
 )
 
+IMAGE_HINT = (  # fits a comment (250 characters) with a team name of up to 20
+    "a batch script runs outside any container, and this server takes containerized work "
+    "only (--require-image or `images:`). To fix: the admin exempts team {team} "
+    "(teams.{team}.images: {{require: false}})"
+)
+MAKE_RETRY_S = 30.0  # how long a failing sbatch of a made job is tried again before it fails
+MAKE_AGAIN_S = 2.0  # and how often
 
 WAKE_CHECK_S = 0.005  # how often the wake file is looked at (a stat: next to nothing)
 
@@ -78,7 +94,9 @@ def _changed_at(path: Path) -> int | None:
 
 class SlurmBridge:
     """Runs until cancelled. ``agents`` speaks the agent protocol for every Slurm node;
-    ``api`` is the job API (submits, reasons, cordons); both need an admin token."""
+    ``api`` is the job API (submits, reasons, cordons); both need an admin token.
+    ``team_users`` maps a ``bolt submit`` job's team to the Slurm user its Slurm jobs run
+    as; without one, no such job runs (each fails, naming ``--team-user``)."""
 
     def __init__(
         self,
@@ -89,6 +107,7 @@ class SlurmBridge:
         *,
         topology: dict[str, str] | None = None,
         default_team: str = "default",
+        team_users: TeamUsers | None = None,
         grace_s: float = 60.0,
         poll_s: float = 0.1,
         wake_file: Path | None = None,
@@ -100,6 +119,9 @@ class SlurmBridge:
         self.partitions = list(partitions)
         self.topology = topology or {}
         self.default_team, self.grace_s = default_team, grace_s
+        self.team_users = team_users or TeamUsers()
+        # (Boltforge job, epoch) whose sbatch fails -> (since when, when to try again)
+        self._make_failing: dict[tuple[str, int], tuple[float, float]] = {}
         self.poll_s, self.nodes_every_s, self.wait_s = poll_s, nodes_every_s, wait_s
         self.wake_file = wake_file
         self.comments_every_s = comments_every_s
@@ -274,8 +296,7 @@ class SlurmBridge:
         except ApiFailure as e:
             if e.status >= 500:
                 raise
-            fixes = "; ".join(f"{p.field}: {p.message}" for p in e.problems)
-            await self._refuse(job, f"{e.message}{' (' + fixes + ')' if fixes else ''}")
+            await self._refuse(job, _refusal(e, job.account or self.default_team))
             return
         bf = reply.job.id
         self.state.bf_of[job.id] = bf
@@ -347,21 +368,77 @@ class SlurmBridge:
             if spec.action == "run" and spec.job == bf and spec.epoch == epoch
         }
         if len(specs) < len(placed):
-            self._queue(Gang(bf, epoch, placed).events("failed", detail=SHARED_NODE))
-            self.state.foreign.add((bf, epoch))
+            self._fail(bf, epoch, placed, SHARED_NODE)
+            return
+        failing = self._make_failing.get((bf, epoch))
+        if failing is not None and time.monotonic() < failing[1]:
+            return  # its last sbatch failed a moment ago
+        try:
+            script = batch_script(specs)
+            who = self.team_users.run_as(await self._team(bf))
+        except (Unlaunchable, NoIdentity) as e:
+            self._fail(bf, epoch, placed, f"refused by the Slurm bridge: {e}")
+            return
+        sid = await self._sbatch(bf, epoch, placed, specs, script, who)
+        if sid is None:
             return
         ordered = dict(sorted(placed.items(), key=lambda kv: int(kv[0].rsplit(".", 1)[1])))
-        script = batch_script(specs)
-        gpus = gpus_per_node(specs)
-        name = f"bolt-{bf}"
-        cwd = next((s.cwd for s in specs.values() if s.cwd), None)  # where slurm-ID.out goes
-        sid = await self.slurm.submit_held(self.partitions[0], len(specs), gpus, name, script, cwd)
         gang = Gang(bf, epoch, ordered, made=True)
         self.state.bf_of[sid], self.state.made[sid] = bf, (bf, epoch)
         await self.slurm.admin_comment(sid, gang.admin_comment())
         await self.slurm.start_on(sid, list(ordered.values()))
         self.state.gangs[sid], self.state.last_epoch[sid] = gang, epoch
-        log.info("made Slurm job %s for %s epoch %d on %s", sid, bf, epoch, ",".join(specs))
+        log.info(
+            "made Slurm job %s for %s epoch %d on %s as %s",
+            sid,
+            bf,
+            epoch,
+            ",".join(specs),
+            who.user,
+        )
+
+    async def _sbatch(
+        self,
+        bf: str,
+        epoch: int,
+        placed: dict[str, str],
+        specs: dict[str, ReplicaSpec],
+        script: str,
+        who: RunAs,
+    ) -> str | None:
+        """``sbatch`` the held Slurm job of a made epoch as ``who``; its id. None when Slurm
+        refused it: tried again on later passes for ``MAKE_RETRY_S`` (the controller may be
+        restarting), then the epoch fails with Slurm's words."""
+        gpus = gpus_per_node(specs)
+        cwd = next((s.cwd for s in specs.values() if s.cwd), None) or who.home  # slurm-ID.out
+        try:
+            sid = await self.slurm.submit_held(
+                self.partitions[0], len(specs), gpus, f"bolt-{bf}", script, cwd,
+                as_user=submit_prefix(who),
+            )  # fmt: skip
+        except (SlurmError, OSError) as e:
+            now = time.monotonic()
+            since = self._make_failing.get((bf, epoch), (now, now))[0]
+            self._make_failing[(bf, epoch)] = (since, now + MAKE_AGAIN_S)
+            log.warning("sbatch of %s epoch %d as %s failed: %s", bf, epoch, who.user, e)
+            if now - since >= MAKE_RETRY_S:
+                self._fail(bf, epoch, placed, f"Slurm refused its job (as {who.user}): {e}")
+            return None
+        self._make_failing.pop((bf, epoch), None)
+        return sid
+
+    async def _team(self, bf: str) -> str:
+        """The team of Boltforge job ``bf``, as the server says (the desired state does not
+        carry it)."""
+        return (await asyncio.to_thread(self.api.job, bf)).team
+
+    def _fail(self, bf: str, epoch: int, placed: dict[str, str], why: str) -> None:
+        """Report an epoch the bridge will not run as failed, with ``why`` (the job's
+        reason), and never try it again."""
+        self._queue(Gang(bf, epoch, placed).events("failed", detail=why))
+        self.state.foreign.add((bf, epoch))
+        self._make_failing.pop((bf, epoch), None)
+        log.warning("%s epoch %d not run: %s", bf, epoch, why)
 
     def _stop_replica(self, replica: str) -> None:
         for gang in self.state.gangs.values():
@@ -512,6 +589,15 @@ class SlurmBridge:
                 self.state.cancelled.add(sid)
                 await self.slurm.cancel(sid)
                 log.info("Slurm job %s cancelled: Boltforge job %s is %s", sid, bf, detail.state)
+
+
+def _refusal(e: ApiFailure, team: str) -> str:
+    """The comment of a Slurm job the server refused: its words and each problem's; a job
+    refused by the image policy is told what a Slurm user can do about it."""
+    fixes = "; ".join(f"{p.field}: {p.message}" for p in e.problems)
+    if any(p.field.endswith("image") for p in e.problems):
+        return IMAGE_HINT.format(team=team)
+    return f"{e.message}{' (' + fixes + ')' if fixes else ''}"
 
 
 def _comment(state: str, reason: str, nodes: str, position: int | None) -> str:

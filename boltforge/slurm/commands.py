@@ -1,15 +1,29 @@
 """The Slurm commands the bridge runs, against the cluster ``SLURM_CONF`` names. Each is a
-short-lived process (the bridge runs them on its own loop, never inside the server)."""
+short-lived process (the bridge runs them on its own loop, never inside the server).
+
+They run with a clean environment (``KEPT``), not the bridge's: ``sbatch`` copies its
+caller's environment into the job, and the bridge's may hold its token (``BOLT_TOKEN``)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from boltforge.slurm.model import SlurmJob, SlurmNode, parse_jobs, parse_nodes
+
+# What the bridge's own environment passes to Slurm's commands (and through sbatch to the
+# jobs it makes): where Slurm and its commands are, and the locale; nothing else.
+KEPT = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "SLURM_CONF")
+
+
+def clean_env(conf: str | None, base: Mapping[str, str]) -> dict[str, str]:
+    """The environment Slurm's commands run with: ``KEPT`` of ``base``, ``SLURM_CONF`` set
+    to ``conf`` when given."""
+    env = {k: base[k] for k in KEPT if k in base}
+    return {**env, **({"SLURM_CONF": conf} if conf else {})}
 
 
 class SlurmError(RuntimeError):
@@ -20,7 +34,7 @@ class Slurm:
     """Slurm's commands: ``conf`` is the ``slurm.conf`` to use (None: Slurm's default)."""
 
     def __init__(self, conf: str | None = None, timeout_s: float = 20.0) -> None:
-        self.env = {**os.environ, **({"SLURM_CONF": conf} if conf else {})}
+        self.env = clean_env(conf, os.environ)
         self.timeout_s = timeout_s
 
     async def run(self, *args: str) -> str:
@@ -69,11 +83,19 @@ class Slurm:
         await self.run("scontrol", "release", job)
 
     async def submit_held(
-        self, partition: str, nodes: int, gpus: int, name: str, script: str, cwd: str | None
+        self,
+        partition: str,
+        nodes: int,
+        gpus: int,
+        name: str,
+        script: str,
+        cwd: str | None,
+        as_user: Sequence[str] = (),
     ) -> str:
         """``sbatch`` a held job of ``nodes`` nodes with ``gpus`` GPUs each running the shell
-        ``script``; its Slurm job id."""
-        args = ["sbatch", "--parsable", "--hold", f"--partition={partition}"]
+        ``script``; its Slurm job id. ``as_user`` are the words that run ``sbatch`` as the
+        job's user (``identity.submit_prefix``), so the job is that user's."""
+        args = [*as_user, "sbatch", "--parsable", "--hold", f"--partition={partition}"]
         args += [f"--nodes={nodes}", "--ntasks-per-node=1", f"--job-name={name}"]
         args += [f"--gres=gpu:{gpus}"] if gpus else []
         args += [f"--chdir={cwd}"] if cwd else []

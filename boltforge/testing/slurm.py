@@ -13,6 +13,7 @@ preemption, with requeue, for comparison). GPUs are character devices that stand
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -71,6 +72,27 @@ class SlurmCluster:
 
 def installed() -> bool:
     return all(shutil.which(b) for b in ("slurmctld", "slurmd", "munged", "sbatch"))
+
+
+def ensure_user(name: str) -> int:
+    """The uid of the plain (unprivileged) user ``name``, made with a home of its own if it
+    does not exist yet: a Slurm user that a team's jobs run as. Needs root."""
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        pass
+    subprocess.run(
+        ["useradd", "--create-home", "--shell", "/bin/sh", name], check=True, capture_output=True
+    )
+    return pwd.getpwnam(name).pw_uid
+
+
+def shared_folder(prefix: str) -> Path:
+    """A new folder every user may write in (sticky, as ``/tmp``), outside pytest's
+    folders, which only root may enter: for the files of jobs that run as team users."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    path.chmod(0o1777)
+    return path
 
 
 def _munge() -> None:
@@ -178,6 +200,7 @@ def slurm_cluster(
     if not installed():
         raise RuntimeError("Slurm is not installed. To fix: apt-get install -y slurm-wlm munge")
     root = Path(tempfile.mkdtemp(prefix="boltforge-slurm-"))
+    root.chmod(0o755)  # users' Slurm commands (sbatch, a job's srun) read slurm.conf here
     names = tuple(f"n{i + 1}" for i in range(nodes))
     per = -(-nodes // racks)
     grouped = tuple(names[i : i + per] for i in range(0, nodes, per))

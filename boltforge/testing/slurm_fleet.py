@@ -1,10 +1,13 @@
 """A Slurm cluster scheduled by Boltforge, for the Slurm tests and ``bench/slurm.py``: a real
 slurmctld with 8 slurmd nodes of 8 emulated GPUs in two racks, a ``bolt server`` with no
-agents, and ``bolt slurm-bridge`` between them."""
+agents, and ``bolt slurm-bridge`` between them. ``bolt submit`` jobs of the teams in
+``TEAM_USERS`` run as those (unprivileged) users, made if missing; their files belong in
+``SlurmFleet.shared``, a folder those users may write in."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,9 +18,16 @@ from typing import Any
 from boltforge.client import Client
 from boltforge.slurm.gang import parse_admin_comment
 from boltforge.testing.processes import LocalCluster, Proc, bolt, child_env, spawn, wait_until
-from boltforge.testing.slurm import FAST_SCHEDULER, SlurmCluster, slurm_cluster
+from boltforge.testing.slurm import (
+    FAST_SCHEDULER,
+    SlurmCluster,
+    ensure_user,
+    shared_folder,
+    slurm_cluster,
+)
 
 PREEMPT_AT_ONCE = ["--min-runtime", "0", "--churn", "1", "--cooldown", "0"]
+TEAM_USERS = {"research": "bolt-research", "batch": "bolt-batch"}
 
 # A checkpointing job: counts steps of 0.1 s into $CKPT, resumes from it, and on SIGTERM
 # (the checkpoint signal) writes it and exits 0.
@@ -42,16 +52,23 @@ class SlurmFleet:
     slurm: SlurmCluster
     server: LocalCluster
     data: Path
+    shared: Path
     bridge: Proc | None = None
+    bridge_args: tuple[str, ...] = ()
 
     @property
     def api(self) -> Client:
         return self.server.client()
 
     def start_bridge(self) -> None:
+        """Start the bridge; its token in its environment (``BOLT_TOKEN``), as a deployment
+        keeps it off the command line."""
         env = {**child_env(self.data), "SLURM_CONF": str(self.slurm.conf)}
+        env["BOLT_TOKEN"] = self.server.admin_token
         cmd = [*bolt(), "slurm-bridge", "--server", self.server.url, "--grace", "20"]
-        cmd += ["--token", self.server.admin_token, "--wake-file", str(self.slurm.wake)]
+        cmd += ["--wake-file", str(self.slurm.wake)]
+        cmd += [f"--team-user={team}={user}" for team, user in TEAM_USERS.items()]
+        cmd += self.bridge_args
         self.bridge = spawn(cmd, self.data / "bridge.log", env, cwd=self.data)
 
     def kill_bridge(self) -> None:
@@ -83,19 +100,28 @@ class SlurmFleet:
 
 @contextmanager
 def slurm_fleet(
-    data: Path, server_args: list[str] | None = None, scheduler: str | None = FAST_SCHEDULER
+    data: Path,
+    server_args: list[str] | None = None,
+    scheduler: str | None = FAST_SCHEDULER,
+    bridge_args: tuple[str, ...] = (),
 ) -> Iterator[SlurmFleet]:
-    """Slurm (``scheduler``: its SchedulerParameters), a server and a bridge, with every
-    Slurm node registered."""
-    with slurm_cluster(nodes=8, racks=2, scheduler=scheduler) as slurm:
-        args = [*PREEMPT_AT_ONCE, *(server_args or [])]
-        with LocalCluster(data, hosts=0, server_args=args) as server:
-            fleet = SlurmFleet(slurm, server, data)
-            fleet.start_bridge()
-            try:
-                api = fleet.api
-                wait_until(lambda: len(api.nodes().nodes) == 8, 30, "8 Slurm nodes to register")
-                yield fleet
-            finally:
-                if fleet.bridge is not None and fleet.bridge.alive():
-                    fleet.bridge.stop()
+    """Slurm (``scheduler``: its SchedulerParameters), a server and a bridge (with
+    ``bridge_args`` besides the ``TEAM_USERS`` map), with every Slurm node registered."""
+    for user in TEAM_USERS.values():
+        ensure_user(user)
+    shared = shared_folder("boltforge-shared-")
+    try:
+        with slurm_cluster(nodes=8, racks=2, scheduler=scheduler) as slurm:
+            args = [*PREEMPT_AT_ONCE, *(server_args or [])]
+            with LocalCluster(data, hosts=0, server_args=args) as server:
+                fleet = SlurmFleet(slurm, server, data, shared, bridge_args=bridge_args)
+                fleet.start_bridge()
+                try:
+                    api = fleet.api
+                    wait_until(lambda: len(api.nodes().nodes) == 8, 30, "8 Slurm nodes to register")
+                    yield fleet
+                finally:
+                    if fleet.bridge is not None and fleet.bridge.alive():
+                        fleet.bridge.stop()
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)

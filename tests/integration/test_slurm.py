@@ -61,6 +61,7 @@ def test_a_high_priority_job_preempts_a_low_one_which_requeues_held_and_resumes_
         )
         wait_until(lambda: state(fleet, high) == "COMPLETED", 60, "the high job to run")
         wait_until(lambda: running_at_epoch(fleet, low_bf, 2), 60, "the low job to run again")
+        wait_until(lambda: logged(ckpt) >= 3, 20, "the restarted script to log its start")
 
         history = Path(f"{ckpt}.log").read_text().split()
         kinds = history[1::3]
@@ -73,6 +74,13 @@ def test_a_high_priority_job_preempts_a_low_one_which_requeues_held_and_resumes_
 
 def checkpointed(ckpt: Path) -> int:
     return int(ckpt.read_text() or 0) if ckpt.exists() else 0
+
+
+def logged(ckpt: Path) -> int:
+    """How many lines (start, term, done) the trainer wrote to its log so far; Boltforge
+    hears a job runs before its script has written its first line."""
+    log = Path(f"{ckpt}.log")
+    return len(log.read_text().splitlines()) if log.exists() else 0
 
 
 def running_at_epoch(fleet: SlurmFleet, job: str, epoch: int) -> bool:
@@ -133,9 +141,9 @@ def test_a_job_cancelled_with_scancel_is_cancelled_in_boltforge(tmp_path: Path) 
 def test_a_job_sent_with_bolt_submit_runs_as_a_slurm_job_on_the_nodes_it_was_placed_on(
     tmp_path: Path,
 ) -> None:
-    ran = tmp_path / "ran.txt"
-    record = f'echo "$BOLT_REPLICA $SLURMD_NODENAME $SLURM_JOB_ID" >> {ran}'
     with scheduled_slurm(tmp_path) as fleet:
+        ran = fleet.shared / "ran.txt"  # the job runs as team research's user
+        record = f'echo "$BOLT_REPLICA $SLURMD_NODENAME $SLURM_JOB_ID" >> {ran}'
         spec = {"name": "native", "team": "research", "gpus": 16, "command": ["sh", "-c", record]}
         job = fleet.api.submit(SubmitRequest(spec=spec)).job.id
         wait_until(lambda: fleet.api.job(job).state == "succeeded", 60, "the job to succeed")
@@ -150,9 +158,9 @@ def test_a_job_sent_with_bolt_submit_runs_as_a_slurm_job_on_the_nodes_it_was_pla
 def test_a_bolt_submit_job_preempted_through_slurm_resumes_from_its_checkpoint_in_a_new_slurm_job(
     tmp_path: Path,
 ) -> None:
-    ckpt = tmp_path / "low.ckpt"
-    per_rank = TRAINER.format(ckpt=f"{ckpt}.$RANK", steps=600)
     with scheduled_slurm(tmp_path) as fleet:
+        ckpt = fleet.shared / "low.ckpt"  # the job runs as team batch's user
+        per_rank = TRAINER.format(ckpt=f"{ckpt}.$RANK", steps=600)
         spec = {
             "name": "low",
             "team": "batch",
@@ -170,6 +178,7 @@ def test_a_bolt_submit_job_preempted_through_slurm_resumes_from_its_checkpoint_i
         )
         wait_until(lambda: state(fleet, high) == "COMPLETED", 60, "the high job to run")
         wait_until(lambda: running_at_epoch(fleet, low, 2), 60, "the low job to run again")
+        wait_until(lambda: logged(rank0) >= 3, 20, "the restarted replica to log its start")
 
         made = {sid for sid in fleet.queue() if fleet.boltforge_id(sid) == low}
         assert len(first) == 1 and len(made) == 2  # a Slurm job of its own for each epoch

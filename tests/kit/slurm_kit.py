@@ -27,7 +27,9 @@ def require_slurm() -> None:
 
 
 @contextmanager
-def scheduled_slurm(data: Path) -> Iterator[SlurmFleet]:
+def scheduled_slurm(
+    data: Path, server_args: list[str] | None = None, bridge_args: tuple[str, ...] = ()
+) -> Iterator[SlurmFleet]:
     require_slurm()
-    with slurm_fleet(data) as f:
+    with slurm_fleet(data, server_args, bridge_args=bridge_args) as f:
         yield f

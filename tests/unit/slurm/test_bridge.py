@@ -5,189 +5,18 @@ slurmctld runs in tests/integration/test_slurm.py; these pin the rules down one 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, cast
 
-from slurm_builders import sinfo_node, squeue_job
+from slurm_fakes import NODES, FakeServer, FakeSlurm, bridge, clear, run, wants
 
 from boltforge.client import ApiFailure
-from boltforge.slurm.bridge import SlurmBridge
-from boltforge.slurm.model import SlurmJob, SlurmNode, parse_jobs, parse_nodes
-from boltforge.wire.agent import (
-    AgentReport,
-    Lease,
-    Registration,
-    ReplicaEvent,
-    ReplicaSpec,
-    ReportsReply,
-)
-
-NODES = ("n1", "n2")
-HELD = {"state_reason": "JobHeldUser", "priority": 0, "comment": "boltforge: held for placement"}
-
-
-class FakeSlurm:
-    """A queue of jobs and the commands the bridge ran against it."""
-
-    def __init__(self) -> None:
-        self.queue: dict[str, SlurmJob] = {}
-        self.nodes_: list[SlurmNode] = parse_nodes({"nodes": [sinfo_node(name=n) for n in NODES]})
-        self.ran: list[tuple[str, ...]] = []
-        self.scripts: list[str] = []
-
-    def submit(self, **fields: Any) -> str:
-        (job,) = parse_jobs({"jobs": [squeue_job(**{**HELD, **fields})]})
-        self.queue[job.id] = job
-        return job.id
-
-    def set(self, job: str, **fields: Any) -> None:
-        self.queue[job] = dataclasses.replace(self.queue[job], **fields)
-
-    async def jobs(self, partitions: Sequence[str]) -> list[SlurmJob]:
-        return list(self.queue.values())
-
-    async def nodes(self, partitions: Sequence[str]) -> list[SlurmNode]:
-        return self.nodes_
-
-    async def start_on(self, job: str, nodes: Sequence[str]) -> None:
-        self.ran.append(("start_on", job, ",".join(nodes)))
-        self.set(job, priority=1, reason="None")
-
-    async def signal(self, job: str, signal: str = "TERM", full: bool = True) -> None:
-        self.ran.append(("signal", job) if full else ("signal", job, "steps only"))
-
-    async def submit_held(
-        self, partition: str, nodes: int, gpus: int, name: str, script: str, cwd: str | None
-    ) -> str:
-        self.ran.append(("submit_held", partition, str(nodes), str(gpus), name))
-        self.scripts.append(script)
-        return self.submit(job_id=100 + len(self.scripts), node_count=nodes, name=name)
-
-    async def requeue_held(self, job: str) -> None:
-        self.ran.append(("requeue_held", job))
-        self.set(job, state="PENDING", priority=0, reason="JobHeldUser")
-
-    async def hold(self, job: str) -> None:
-        self.ran.append(("hold", job))
-
-    async def cancel(self, job: str) -> None:
-        self.ran.append(("cancel", job))
-
-    async def comment(self, job: str, text: str) -> None:
-        self.set(job, comment=text)
-
-    async def admin_comment(self, job: str, text: str) -> None:
-        self.set(job, admin_comment=text)
-
-    def commands(self, *kinds: str) -> list[tuple[str, ...]]:
-        return [c for c in self.ran if c[0] in kinds]
-
-
-class FakeServer:
-    """The agent protocol and the job API as the bridge uses them."""
-
-    def __init__(self) -> None:
-        self.registered: list[Registration] = []
-        self.events: list[ReplicaEvent] = []
-        self.submitted: list[dict[str, Any]] = []
-        self.states: dict[str, str] = {}
-        self.cancelled: list[str] = []
-        self.refuse_with: ApiFailure | None = None
-        self.shown = 1000  # the live jobs a listing without ids shows
-
-    async def register(self, body: Registration) -> Lease:
-        self.registered.append(body)
-        name = body.inventory.name
-        return Lease(node=name, session=f"s-{name}", lease_s=15, heartbeat_s=5)
-
-    async def heartbeat(self, node: str, body: Any, timeout_s: float) -> Lease:
-        return Lease(node=node, session=f"s-{node}", lease_s=15, heartbeat_s=5)
-
-    async def desired(self, node: str, since: int, wait_s: float) -> Any:
-        await asyncio.Event().wait()  # the tests set desired states themselves
-
-    async def reports(self, batch: dict[str, AgentReport]) -> ReportsReply:
-        for body in batch.values():
-            self.events += body.events
-        return ReportsReply()
-
-    def submit(self, req: Any, key: str | None = None) -> Any:
-        if self.refuse_with is not None:
-            raise self.refuse_with
-        job = str(len(self.submitted) + 1)
-        self.submitted.append(req.spec)
-        self.states[job] = "pending"
-        return SimpleNamespace(job=SimpleNamespace(id=job))
-
-    def job(self, job: str) -> Any:
-        return SimpleNamespace(id=job, state=self.states[job])
-
-    def jobs(self, ids: Sequence[str] = ()) -> Any:
-        """Live jobs: the first ``shown`` of them, as the real listing shows its first
-        thousand, or those in ``ids``."""
-        live = [j for j, s in self.states.items() if s not in ("succeeded", "failed", "cancelled")]
-        live = [j for j in live if j in ids] if ids else live[: self.shown]
-        summaries = [
-            SimpleNamespace(id=j, state=self.states[j], reason="capacity", nodes="", position=0)
-            for j in live
-        ]
-        return SimpleNamespace(jobs=summaries)
-
-    def cancel(self, job: str) -> Any:
-        self.cancelled.append(job)
-        self.states[job] = "cancelled"
-
-    def kinds(self, replica: str) -> list[str]:
-        return [e.kind for e in self.events if e.replica == replica]
-
-
-def bridge(slurm: FakeSlurm, server: FakeServer) -> SlurmBridge:
-    return SlurmBridge(
-        cast(Any, slurm), cast(Any, server), cast(Any, server), ["bolt"], grace_s=30.0
-    )
-
-
-def run(b: SlurmBridge, passes: int = 1) -> None:
-    async def go() -> None:
-        for _ in range(passes):
-            await b.step()
-        for task in b._polls.values():
-            task.cancel()
-
-    asyncio.run(go())
-
-
-def wants(
-    b: SlurmBridge,
-    action: str,
-    job: str,
-    epoch: int,
-    on: Sequence[str],
-    command: Sequence[str] = ("slurm-job", "x"),
-) -> None:
-    """The server's desired states: replica ``job.epoch.r`` on the ``r``-th node (a Slurm
-    job's gang unless ``command`` says otherwise)."""
-    for rank, node in enumerate(on):
-        spec = ReplicaSpec(
-            replica=f"{job}.{epoch}.{rank}",
-            job=job,
-            epoch=epoch,
-            action=action,  # type: ignore[arg-type]
-            command=list(command),
-            gpus=list(range(8)),
-            env={"RANK": str(rank)},
-            grace_s=20.0,
-        )
-        b.state.desired.setdefault(node, []).append(spec)
-
-
-def clear(b: SlurmBridge) -> None:
-    b.state.desired = {}
+from boltforge.slurm.bridge import MAKE_RETRY_S, SlurmBridge
+from boltforge.slurm.commands import SlurmError
+from boltforge.slurm.model import SlurmJob
 
 
 def test_every_slurm_node_registers_with_its_gpus_and_a_held_job_is_submitted_once() -> None:
@@ -401,6 +230,22 @@ def test_replicas_sharing_a_node_cannot_run_as_a_slurm_job_and_say_why() -> None
     assert slurm.commands("submit_held") == []
     [failed, _] = [e for e in server.events if e.kind == "failed"]
     assert "a node of its own" in (failed.detail or "")
+
+
+def test_a_made_job_slurm_refuses_is_tried_again_then_fails_with_slurms_words() -> None:
+    slurm, server = FakeSlurm(), FakeServer()
+    slurm.sbatch_fails = SlurmError("sbatch: error: Invalid account or account/partition")
+    b = bridge(slurm, server)
+    run(b)
+    wants(b, "run", "9", 1, ["n1"], command=TRAIN)
+    run(b, passes=3)  # the controller may be restarting: nothing fails yet, nor is rushed
+    assert len(slurm.commands("submit_held")) == 1 and server.events == []
+    since, _ = b._make_failing[("9", 1)]
+    b._make_failing[("9", 1)] = (since - MAKE_RETRY_S, 0.0)  # its time to retry is over
+    run(b, passes=3)
+    [failed] = [e for e in server.events if e.kind == "failed"]
+    assert "as bolt-research" in failed.detail and "Invalid account" in failed.detail
+    assert slurm.queue == {}  # nothing was made
 
 
 class CountingSlurm(FakeSlurm):

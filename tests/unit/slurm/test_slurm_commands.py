@@ -18,7 +18,7 @@ from slurm_builders import sinfo_node, squeue_job
 from boltforge.slurm.commands import Slurm, SlurmError
 
 T = TypeVar("T")
-COMMANDS = ("sinfo", "squeue", "scontrol", "sbatch", "scancel")
+COMMANDS = ("sinfo", "squeue", "scontrol", "sbatch", "scancel", "runuser")
 # Each stand-in appends its name, the SLURM_CONF it saw and its arguments, NUL-separated, as
 # one record ended by \x1e; then answers with the files <name>.out/.err/.rc, or hangs.
 FAKE = """#!/bin/sh
@@ -26,6 +26,7 @@ d="$FAKE_SLURM_DIR"
 n=$(basename "$0")
 printf '%s\\0' "$n" "${SLURM_CONF-unset}" "$@" >> "$d/calls"
 printf '\\036' >> "$d/calls"
+env > "$d/$n.env"
 [ -f "$d/$n.hang" ] && exec sleep 30
 [ -f "$d/$n.out" ] && cat "$d/$n.out"
 [ -f "$d/$n.err" ] && cat "$d/$n.err" >&2
@@ -69,10 +70,9 @@ def stand(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Stand:
     bin_dir.mkdir()
     for name in COMMANDS:
         script = bin_dir / name
-        script.write_text(FAKE)
+        script.write_text(FAKE.replace("$FAKE_SLURM_DIR", str(tmp_path)))  # env is not passed
         script.chmod(script.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
-    monkeypatch.setenv("FAKE_SLURM_DIR", str(tmp_path))
     monkeypatch.delenv("SLURM_CONF", raising=False)
     return Stand(tmp_path)
 
@@ -189,6 +189,23 @@ def test_submit_held_asks_for_whole_nodes_and_returns_the_job_id(stand: Stand) -
             "--wrap=echo hi\nexit 0",
         ]
     ]
+
+
+def test_submit_held_as_a_user_runs_sbatch_through_runuser_without_the_bridges_secrets(
+    stand: Stand, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sbatch copies its environment into the job: the bridge's token must not be in it."""
+    monkeypatch.setenv("BOLT_TOKEN", "adm-secret")
+    monkeypatch.setenv("SLURM_CONF", "/etc/slurm/test.conf")
+    stand.answer("runuser", "55\n")
+    as_nlp = ["runuser", "-u", "bolt-nlp", "--"]
+    sid = run(lambda: Slurm().submit_held("bolt", 1, 0, "bolt-3", "true", "/h", as_user=as_nlp))
+    assert sid == "55"
+    (call,) = stand.calls()
+    assert call[0] == "runuser" and call[1] == "/etc/slurm/test.conf"
+    assert call[2:7] == ["-u", "bolt-nlp", "--", "sbatch", "--parsable"]
+    seen = (stand.root / "runuser.env").read_text()
+    assert "adm-secret" not in seen and "BOLT_TOKEN" not in seen
 
 
 def test_submit_held_of_a_cpu_job_without_a_workdir_asks_no_gres_or_chdir(stand: Stand) -> None:
