@@ -12,7 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from boltforge.kube.model import GANG, GANG_SIZE, Budget, KubePod, PodGroup, selects
+from boltforge.kube.budgets import protection
+from boltforge.kube.model import GANG, GANG_SIZE, Budget, KubePod, PodGroup
 from boltforge.kube.translate import name_of
 
 
@@ -186,20 +187,5 @@ def _size(text: str | None) -> int:
 
 
 def preemptible(gang: Gang, budgets: Iterable[Budget], pods: Iterable[KubePod]) -> bool:
-    """Whether Boltforge may bump the whole gang: no PodDisruptionBudget covering its pods
-    allows fewer disruptions than the number of its pods it covers (evicting a gang is
-    all-or-nothing; a budget that would refuse part of it protects all of it)."""
-    mine = gang.waiting
-    everyone = [p for p in pods if not p.deleting]
-    for b in budgets:
-        if b.namespace != gang.key.namespace:
-            continue
-        covered = sum(1 for p in mine if selects(b.selector, p.labels))
-        if not covered:
-            continue
-        expected = sum(
-            1 for p in everyone if p.namespace == b.namespace and selects(b.selector, p.labels)
-        )
-        if b.allowed(expected) < covered:
-            return False
-    return True
+    """Whether Boltforge may bump the whole gang (``budgets.protection``)."""
+    return not protection(gang.waiting, budgets, pods)

@@ -313,16 +313,30 @@ def priority_class(obj: Mapping[str, Any]) -> PriorityClass:
 @dataclass(frozen=True)
 class Budget:
     """A ``policy/v1`` PodDisruptionBudget: its selector and how many of its pods must stay
-    (``min_available``) or may go (``max_unavailable``), each a count or a percentage."""
+    (``min_available``) or may go (``max_unavailable``), each a count or a percentage; and,
+    once the disruption controller has written its status for the current spec, what that
+    status says (``disruptions_allowed`` now, ``expected`` pods, ``desired_healthy``)."""
 
     namespace: str
     name: str
     selector: Mapping[str, Any]
     min_available: str | None
     max_unavailable: str | None
+    disruptions_allowed: int | None = None
+    expected: int | None = None
+    desired_healthy: int | None = None
+
+    @property
+    def path(self) -> str:
+        return f"{self.namespace}/{self.name}"
 
     def allowed(self, expected: int) -> int:
-        """Disruptions it allows when all ``expected`` pods it selects are healthy."""
+        """Disruptions it allows when all ``expected`` pods it selects are healthy: from its
+        status when the disruption controller wrote one (its count of expected pods and of
+        those that must stay, which it works out from the pods' controllers), else from its
+        spec."""
+        if self.expected is not None and self.desired_healthy is not None:
+            return max(0, self.expected - self.desired_healthy)
         if self.max_unavailable is not None:
             return _count(self.max_unavailable, expected, up=True)
         if self.min_available is not None:
@@ -338,15 +352,27 @@ def _count(value: str, total: int, *, up: bool) -> int:
 
 
 def budget(obj: Mapping[str, Any]) -> Budget:
-    meta, spec = _meta(obj), obj.get("spec") or {}
+    meta, spec, status = _meta(obj), obj.get("spec") or {}, obj.get("status") or {}
     low, high = spec.get("minAvailable"), spec.get("maxUnavailable")
+    # the status counts only once it was written for this spec (its observedGeneration)
+    current = "disruptionsAllowed" in status and int(status.get("observedGeneration") or 0) >= int(
+        meta.get("generation") or 0
+    )
     return Budget(
         namespace=meta.get("namespace", "default"),
         name=meta.get("name", ""),
         selector=spec.get("selector") or {},
         min_available=None if low is None else str(low),
         max_unavailable=None if high is None else str(high),
+        disruptions_allowed=_count_of(status, "disruptionsAllowed") if current else None,
+        expected=_count_of(status, "expectedPods") if current else None,
+        desired_healthy=_count_of(status, "desiredHealthy") if current else None,
     )
+
+
+def _count_of(status: Mapping[str, Any], key: str) -> int | None:
+    value = status.get(key)
+    return None if value is None else int(value)
 
 
 def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:

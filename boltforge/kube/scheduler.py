@@ -41,9 +41,10 @@ from boltforge.agent.client import AgentClientError, Refused, ServerClient
 from boltforge.client import ApiFailure, Client
 from boltforge.kube import model
 from boltforge.kube.actions import KubeWrites
+from boltforge.kube.budgets import blocked, protection
 from boltforge.kube.desired import Wanted
 from boltforge.kube.fit import Fitter
-from boltforge.kube.gangs import Gang, GangIndex, GangKey, key_of, preemptible
+from boltforge.kube.gangs import Gang, GangIndex, GangKey, key_of
 from boltforge.kube.informer import Informer
 from boltforge.kube.leader import LeaderElector
 from boltforge.kube.model import JOB, REPLICA, KubePod
@@ -72,8 +73,9 @@ CRD_MISSING = (
     "boltforge.io/gang annotations are placed, pods that name a PodGroup wait. To fix: "
     "kubectl apply -f deploy/kubernetes/podgroup-crd.yaml"
 )
-LISTED = ",".join(["pending", *sorted(TERMINAL)])  # the states ``_words`` asks about
+LISTED = ",".join(["pending", "scheduled", *sorted(TERMINAL)])  # the states ``_words`` asks about
 MAX_ATTEMPTS = 1000  # of one gang (``_submit``)
+BLOCKED_RETRY_S = 60.0  # a blocked eviction is asked again after this, or a budget's change
 NOT_FROM_KUBE = (
     "these nodes are scheduled through Kubernetes, which runs only pods; create the job's "
     "pods with schedulerName: boltforge"
@@ -254,6 +256,7 @@ class KubeScheduler:
         self._fitter = None
         await self._intake(all_gangs, keys, pods)
         await self._start(all_gangs)
+        self._budgets_moved()
         await self._stop()
         self._observe(pods, pods_changed)
         self._beat()
@@ -491,10 +494,16 @@ class KubeScheduler:
             shape(waiting),
             priority_class=priority(waiting[0], self.classes.snapshot()),
             grace_s=grace if grace is not None else self.options.grace_s,
-            preemptible=preemptible(gang, self.budgets.snapshot().values(), pods.values()),
+            preemptible=self._preemptible(gang, pods),
             largest_node=largest,
             pools=self._fit().pools(waiting),
         )
+
+    def _preemptible(self, gang: Gang, pods: Mapping[str, KubePod]) -> bool:
+        why = protection(gang.waiting, self.budgets.snapshot().values(), pods.values())
+        if why:
+            log.info("gang %s is not preemptible: %s", gang.key, why)
+        return not why
 
     # intent out
 
@@ -569,9 +578,13 @@ class KubeScheduler:
 
     async def _stop(self) -> None:
         """Evict the pods of the replicas to stop; one never bound is reported stopped at
-        once, and one whose exit was reported is left alone."""
+        once, and one whose exit was reported is left alone. A gang whose eviction its
+        budgets would refuse now (``budgets.blocked``) is not asked: it waits for the
+        budgets to change (``_budgets_moved``), or ``BLOCKED_RETRY_S``."""
         state = self.state
-        for (_job, _epoch), wanted in state.desired.wanted("stop").items():
+        budgets = None
+        for (job, _epoch), wanted in state.desired.wanted("stop").items():
+            due: list[tuple[Placed, ReplicaSpec]] = []
             for replica, (node, spec) in wanted.items():
                 placed = state.placed.get(replica)
                 if placed is None:
@@ -580,10 +593,42 @@ class KubeScheduler:
                         event = replica_event(replica, spec.job, spec.epoch, "exited", signal=15)
                         state.outbox[node].append(event)
                 elif placed.evicted_at is None and time.monotonic() >= placed.retry_at:
-                    await self._evict(placed, spec.grace_s)
+                    due.append((placed, spec))
+            if not due:
+                continue
+            budgets = self.budgets.snapshot().values() if budgets is None else budgets
+            why = blocked([p.pod for p, _ in due], budgets)
+            if why:
+                self._blocked(job, [p for p, _ in due], why)
+                continue
+            for placed, spec in due:
+                await self._evict(placed, spec.grace_s)
         if state.ended and self._pruned_at != state.desired.seq:
             self._pruned_at = state.desired.seq  # forget what the server no longer mentions
             state.ended = {r for r in state.ended if state.desired.lists(r)}
+
+    def _blocked(self, job: str, placed: list[Placed], why: str) -> None:
+        """Evicting ``job``'s pods would be refused (``why``): wait, and say so once."""
+        again = time.monotonic() + BLOCKED_RETRY_S
+        for p in placed:
+            p.retry_at = again
+        if self.state.blocked.get(job) != why:
+            self.state.blocked[job] = why
+            log.warning("evicting job %s's pods is blocked: %s", job, why)
+            text = (
+                f"Boltforge does not evict it for a more important gang: {why}; it asks "
+                "again when the budget changes"
+            )
+            self._say([p.pod for p in placed], "EvictionBlocked", text, "Warning")
+
+    def _budgets_moved(self) -> None:
+        """The budgets changed: the blocked evictions are tried again on this pass."""
+        _, changed = self.budgets.changes()
+        if changed is None or changed:
+            for p in self.state.placed.values():
+                if p.evicted_at is None and p.job in self.state.blocked:
+                    p.retry_at = 0.0
+            self.state.blocked.clear()
 
     async def _evict(self, placed: Placed, grace_s: float | None) -> None:
         loop = asyncio.get_running_loop()
@@ -592,6 +637,9 @@ class KubeScheduler:
             placed.evicted_at = time.monotonic()
             self.state.moves(placed)
             log.info("evicted %s (%s)", placed.pod.name, placed.replica)
+            return
+        if why.split(":", 1)[0] in ("429", "500"):  # a budget refused it (500: two budgets)
+            self._blocked(placed.job, [placed], f"the Eviction API refused it: {why}")
             return
         placed.retry_at = time.monotonic() + 5.0
         text = f"Boltforge could not evict it for a more important gang: {why}"
@@ -804,6 +852,13 @@ class KubeScheduler:
             why = gang.not_ready()
             return (f"boltforge: {why}", "GangIncomplete") if why else ("", "")
         summary = listed.get(job)
+        if summary is not None and summary.state == "scheduled" and self.state.blocked:
+            victims = "; ".join(f"job {j}: {w}" for j, w in sorted(self.state.blocked.items())[:2])
+            return (
+                f"boltforge: placed, waiting for room: evicting the gangs it displaces is "
+                f"blocked ({victims}); those pods are not evicted until their budgets allow it",
+                "EvictionBlocked",
+            )
         if summary is None or summary.state != "pending":
             return "", ""
         line = f" (#{summary.position} in line)" if summary.position is not None else ""

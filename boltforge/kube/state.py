@@ -71,6 +71,7 @@ class SchedulerState:
     full_beat_due: float = 0.0  # when heartbeats next list what every node runs
     unplaced: int = 0  # grows with every ``unplace``
     refused: dict[GangKey, str] = field(default_factory=dict)
+    blocked: dict[str, str] = field(default_factory=dict)  # job -> why its eviction waits
     attempts: dict[GangKey, int] = field(default_factory=dict)  # the gang's current attempt
     ended_gangs: set[GangKey] = field(default_factory=set)  # their job ended; pods wait again
     said: dict[str, str] = field(default_factory=dict)  # pod uid -> the words it was given

@@ -120,14 +120,35 @@ def pod_group_json(name: str, min_member: int, namespace: str = "research") -> d
 
 
 def pdb_json(
-    name: str, match: dict[str, str], *, min_available: int | str, namespace: str = "research"
+    name: str,
+    match: dict[str, str],
+    *,
+    min_available: int | str,
+    namespace: str = "research",
+    allowed: int | None = None,
+    expected: int = 0,
+    generation: int = 1,
+    observed: int = 1,
 ) -> dict[str, Any]:
-    return {
+    """A budget keeping ``min_available`` of the pods ``match`` selects; with ``allowed``,
+    the status the disruption controller writes (``disruptionsAllowed``, ``expectedPods``
+    and ``desiredHealthy``, for spec generation ``observed``)."""
+    obj: dict[str, Any] = {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": {"name": name, "namespace": namespace, "generation": generation},
         "spec": {"minAvailable": min_available, "selector": {"matchLabels": match}},
     }
+    if allowed is not None:
+        desired = int(min_available) if not str(min_available).endswith("%") else 0
+        obj["status"] = {
+            "observedGeneration": observed,
+            "disruptionsAllowed": allowed,
+            "expectedPods": expected,
+            "desiredHealthy": desired,
+            "currentHealthy": desired + allowed,
+        }
+    return obj
 
 
 def priority_class_json(name: str, value: int) -> dict[str, Any]:

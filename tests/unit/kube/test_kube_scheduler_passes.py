@@ -180,18 +180,17 @@ def test_a_replica_to_stop_has_its_pod_evicted_once_with_the_grace_asked(r: Rig)
     assert [s.state for s in r.sched.state.statuses("n1")] == ["stopping"]
 
 
-def test_a_refused_eviction_says_why_on_the_pod_and_is_retried_after_5_s(r: Rig) -> None:
+def test_an_eviction_that_failed_says_why_on_the_pod_and_is_retried_after_5_s(r: Rig) -> None:
     job = submitted(r, "llm", 1)
     placed_pods(r, job, ["n1"])
-    r.writes.refuse_evict["llm-0"] = "429: Cannot evict pod (budget keep)"
+    r.writes.refuse_evict["llm-0"] = "503: the API server is busy"
     r.clear()
     r.wants("n1", rspec(job, 1, 0, action="stop"))
     r.passes()
     ((pod, text),) = r.writes.events("EvictionBlocked")
     assert pod == "llm-0"
     assert text == (
-        "Boltforge could not evict it for a more important gang: "
-        "429: Cannot evict pod (budget keep)"
+        "Boltforge could not evict it for a more important gang: 503: the API server is busy"
     )
     assert ("llm-0", "EvictionBlocked", text, "Warning") in r.writes.said
     r.clock.advance(4.9)
