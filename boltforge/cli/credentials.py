@@ -39,6 +39,10 @@ class TokenSource:
     env: str
 
 
+# The admin token of the Slurm bridge and the Kubernetes scheduler.
+BRIDGE_TOKEN = TokenSource("--token", "--token-file", "BOLT_TOKEN")
+
+
 def read_token(source: TokenSource, given: str | None, file: Path | None) -> str | None:
     """The token ``source`` names: from ``file``, else the deprecated command-line value
     ``given`` (with a warning), else the environment variable; None when none is given.

@@ -4,19 +4,34 @@ default one, for the pods that name ``schedulerName: boltforge``."""
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.markup import escape
 
 from boltforge.cli.common import EXIT_BAD_INPUT, errors
+from boltforge.cli.credentials import BRIDGE_TOKEN, forget_env, read_token
 
 
 def kube_scheduler_command(
     server: Annotated[str, typer.Option(help="Control plane URL, e.g. http://boltforge:8080.")],
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="BOLT_TOKEN_FILE",
+            metavar="PATH",
+            help="File holding an admin token (it acts for every node; read once, e.g. a "
+            "mounted Secret). Or set BOLT_TOKEN.",
+            show_default=False,
+        ),
+    ] = None,
     token: Annotated[
         str,
-        typer.Option(envvar="BOLT_TOKEN", help="An admin token (it acts for every node)."),
+        typer.Option(
+            hidden=True,
+            help="Deprecated: visible to every user of the host; use --token-file.",
+        ),
     ] = "",
     kubeconfig: Annotated[
         str | None,
@@ -96,9 +111,12 @@ def kube_scheduler_command(
     from boltforge.kube.taints import parse as parse_toleration
     from boltforge.kube.translate import Labels
 
+    token = read_token(BRIDGE_TOKEN, token, token_file) or ""
+    forget_env()
     if not token:
         errors.print(
-            "[bold red]error[/] --token: is required. To fix: pass --token T or set BOLT_TOKEN",
+            "[bold red]error[/] --token-file: a token is required. To fix: pass --token-file "
+            "PATH or set BOLT_TOKEN",
             highlight=False,
         )
         raise typer.Exit(EXIT_BAD_INPUT)

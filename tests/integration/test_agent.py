@@ -208,6 +208,7 @@ def test_bolt_agent_exits_0_after_sigterm(fake: FakeServer, tmp_path: Path) -> N
     command = [sys.executable, "-m", "boltforge.cli.main", "agent", "--server", fake.url]
     command += ["--inventory", str(ROOT / "examples/nodes/host-1.yaml")]
     command += ["--work-dir", str(tmp_path / "work"), "--name", "cli-host"]
+    command += ["--allow-shared-identity"]  # the fake server names no team
     env = {**os.environ, "BOLT_TOKEN": fake.token}
     agent = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
     try:

@@ -163,11 +163,12 @@ def test_the_server_gets_its_store_tokens_and_demo_preemption(tmp_path: Path) ->
     assert args[0] == "server"
     pairs = dict(zip(args[1::2], args[2::2], strict=False))
     assert pairs["--db"] == f"sqlite:///{tmp_path / 'server.db'}"
-    assert (pairs["--port"], pairs["--admin-token"], pairs["--agent-token"]) == (
+    assert (pairs["--port"], pairs["--admin-token-file"], pairs["--agent-token-file"]) == (
         "8611",
-        "bf_admin",
-        "bf_agent",
+        str(tmp_path / "tokens" / "admin"),
+        str(tmp_path / "tokens" / "agent"),
     )
+    assert "bf_admin" not in args and "bf_agent" not in args  # no token on a command line
     assert (pairs["--min-runtime"], pairs["--churn"]) == ("5", "1")
     assert "--tls-cert" not in args
 
@@ -185,11 +186,18 @@ def test_an_agent_gets_its_inventory_file_work_dir_and_extra_args(tmp_path: Path
     args = localfleet._agent_args(fleet, node)
     inventory = tmp_path / "nodes" / "cpu-0.yaml"
     assert inventory.read_text() == "name: cpu-0\n"
+    token = str(tmp_path / "tokens" / "agent")
     assert args == [
-        *("agent", "--server", fleet.url, "--token", "bf_agent"),
+        *("agent", "--server", fleet.url, "--token-file", token),
         *("--inventory", str(inventory), "--work-dir", str(tmp_path / "agents" / "cpu-0")),
         *("--ca", str(tmp_path / "ca.pem"), "--runtime", "podman"),
     ]
+
+
+def test_a_fleet_that_runs_every_team_as_one_user_says_so_to_its_agents(tmp_path: Path) -> None:
+    fleet = fleet_at(tmp_path)
+    fleet.shared = True
+    assert "--allow-shared-identity" in localfleet._agent_args(fleet, Node("h", "name: h\n"))
 
 
 def test_a_plain_http_agent_is_given_no_ca(tmp_path: Path) -> None:
@@ -301,7 +309,10 @@ def test_down_keeps_a_saved_config_for_another_server(tmp_path: Path) -> None:
     assert saved == {"server": "https://prod.example:8600", "token": "bf_prod", "ca": "/etc/ca.pem"}
 
 
-def test_the_default_data_dir_is_under_the_users_data(home: Path) -> None:
+def test_the_default_data_dir_is_under_the_users_data(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(up.os, "geteuid", lambda: 1000)
     assert up.default_dir() == home / "data" / "boltforge" / "up"
     result = bolt("down")
     assert result.exit_code == 1 and str(home / "data" / "boltforge" / "up") in result.stderr

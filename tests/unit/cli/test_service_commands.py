@@ -341,7 +341,7 @@ def test_the_agent_serves_its_declared_inventory(agent_runs: AgentRuns, tmp_path
     args = ("--token", "agt", "--inventory", HOST0, "--name", "gpu-7", "--prolog", prolog)
     result = agent(*args, "--epilog", tmp_path, "--hook-timeout", "9", "--work-dir", tmp_path / "w")
     assert result.exit_code == 0, result.output
-    [(url, token, node, work, hooks, grace, engine, ca)] = agent_runs.calls
+    [(url, token, node, work, hooks, grace, engine, ca, identities)] = agent_runs.calls
     assert (url, token, node.name, node.gpus, node.rack) == (
         "http://10.0.0.1:8600",
         "agt",
@@ -352,6 +352,47 @@ def test_the_agent_serves_its_declared_inventory(agent_runs: AgentRuns, tmp_path
     assert work == tmp_path / "w"
     assert (hooks.prologs, hooks.epilogs, hooks.timeout_s) == ((prolog,), (tmp_path,), 9.0)
     assert engine is None and ca is None and grace > 0
+    assert not identities.allow_shared and identities.prefix == "bolt-"
+    assert "puts the token on the command line" in result.stderr  # --token is deprecated
+
+
+def test_the_agent_reads_its_token_from_a_file_and_passes_no_token_variable_on(
+    agent_runs: AgentRuns, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("agt-from-file\n")
+    token.chmod(0o600)
+    monkeypatch.setenv("BOLT_AGENT_TOKEN", "stray")
+    result = agent("--token-file", token, "--inventory", HOST0)
+    assert result.exit_code == 0, result.output
+    assert agent_runs.calls[0][1] == "agt-from-file"
+    assert "BOLT_AGENT_TOKEN" not in os.environ  # no child of the agent inherits it
+    assert "command line" not in result.stderr
+
+
+def test_the_agent_maps_teams_as_its_options_say(agent_runs: AgentRuns) -> None:
+    args = ("--token", "agt", "--inventory", HOST0, "--allow-shared-identity")
+    result = agent(*args, "--user-prefix", "job-", "--team-user", "nlp=nlp-runner")
+    assert result.exit_code == 0, result.output
+    identities = agent_runs.calls[0][8]
+    assert identities.allow_shared and identities.prefix == "job-"
+    assert identities.users == {"nlp": "nlp-runner"}
+    assert "--allow-shared-identity" in " ".join(result.stderr.split())
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--team-user", "nlp"), "--team-user 'nlp': expected TEAM=USER"),
+        (("--team-user", "a=x", "--team-user", "a=y"), "team a is mapped twice"),
+        (("--user-prefix", "../"), "--user-prefix '../'"),
+    ],
+)
+def test_a_bad_identity_option_exits_2_naming_it(
+    agent_runs: AgentRuns, args: tuple[str, ...], says: str
+) -> None:
+    refused(agent("--token", "agt", "--inventory", HOST0, *args), says)
+    assert agent_runs.calls == []
 
 
 def test_the_agent_exits_with_what_serve_returns(agent_runs: AgentRuns, monkeypatch: Any) -> None:
@@ -362,14 +403,17 @@ def test_the_agent_exits_with_what_serve_returns(agent_runs: AgentRuns, monkeypa
     assert agent_runs.calls[0][1] == "from-env"
 
 
-def test_the_agent_work_dir_defaults_to_one_per_node(agent_runs: AgentRuns) -> None:
+def test_the_agent_work_dir_defaults_to_one_per_node(
+    agent_runs: AgentRuns, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert agent("--token", "agt", "--inventory", HOST0).exit_code == 0
     work = agent_runs.calls[0][3]
     assert work == Path(os.environ["XDG_DATA_HOME"]) / "boltforge" / "agent" / "host-0"
 
 
 def test_the_agent_needs_a_token(agent_runs: AgentRuns) -> None:
-    refused(agent("--inventory", HOST0), "--token: is required", "set BOLT_TOKEN")
+    refused(agent("--inventory", HOST0), "--token-file: a token is required", "set BOLT_TOKEN")
     assert agent_runs.calls == []
 
 
@@ -517,7 +561,7 @@ def test_without_leader_election_nothing_waits_on_a_lease(
 
 
 def test_the_kube_scheduler_needs_a_token(scheduled: Scheduled, kubeconfig: Path) -> None:
-    refused(kube("--kubeconfig", kubeconfig), "--token: is required")
+    refused(kube("--kubeconfig", kubeconfig), "--token-file: a token is required")
     assert scheduled.made == []
 
 
