@@ -33,7 +33,7 @@ from boltforge.control.store.models import CounterRow, NodeClaimRow, TokenRow
 
 ROLES = ("admin", "member", "viewer", "agent")
 EVERY_NODE = "*"
-GENERATION = "tokens"  # the counter that grows at every revocation and change of claims
+GENERATION = "tokens"  # the counter that grows at every revocation, and when a node changes token
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +52,9 @@ class NodeScope:
 
     def allows(self, node: str) -> bool:
         """Whether the token may act for ``node`` as far as this scope knows."""
-        return node in self.claimed or any(fnmatchcase(node, p) for p in self.patterns)
+        if node in self.claimed or self.everywhere:
+            return True
+        return any(fnmatchcase(node, p) for p in self.patterns)
 
     def bound_to(self, node: str) -> bool:
         """Whether the admin bound the token to ``node`` (by name or pattern)."""
@@ -198,8 +200,9 @@ def lookup(s: Session, token: str, now: float = 0.0) -> Caller | None:
 
 
 def generation(s: Session) -> int:
-    """The tokens' change counter: it grows at every revocation and change of claims, so a
-    server that sees it move forgets the callers it remembers."""
+    """The tokens' change counter: it grows at every revocation and whenever a node is taken
+    from one token by another, so a server that sees it move forgets the callers it
+    remembers."""
     value = s.scalar(select(CounterRow.value).where(CounterRow.name == GENERATION))
     return int(value or 0)
 
@@ -256,12 +259,12 @@ class Claimed:
 
 
 def _record(s: Session, node: str, who: Caller, at: float) -> bool:
-    """Record that ``node`` belongs to ``who``; whether it belonged to another token."""
+    """Record that ``node`` belongs to ``who``; whether it belonged to another token (then
+    the change counter moves, so that every server forgets that token's scope)."""
     assert who.token_id is not None
     held = s.get(NodeClaimRow, node)
     if held is None:
         s.add(NodeClaimRow(node=node, token_id=who.token_id, at=at))
-        bump(s)
         return False
     if held.token_id == who.token_id:
         return False

@@ -3,10 +3,12 @@
 A remembered caller is trusted for ``ttl_s`` (5 s by default) after the server last read the
 tokens' change counter (``auth.generation``); then the next request reads the counter again
 (one small query for every token at once) and, when it moved (a token was revoked, or a
-node's claim changed, on this server or on another replica sharing the store), every
-remembered caller is forgotten. So a revoked token stops working on every replica within
-``ttl_s`` and a moment, and a token past its ``expires_at`` at once. When each token was
-last used is written back at most once a minute (``USED_EVERY_S``).
+node was taken from one token by another, on this server or on another replica sharing the
+store), every remembered caller is forgotten. So a revoked token stops working on every
+replica within ``ttl_s`` and a moment, and a token past its ``expires_at`` at once. A node a
+token claims is added to what this server remembers of it; another replica learns it the
+first time the token acts for that node there (``authorize``). When each token was last used
+is written back at most once a minute (``USED_EVERY_S``).
 """
 
 from __future__ import annotations
@@ -95,16 +97,22 @@ class TokenCache:
 
     def authorize(self, who: Caller, nodes: Sequence[str], registering: bool = False) -> list[str]:
         """Let ``who`` act for ``nodes``, claiming those it may claim (see ``auth.claim``),
-        after reading its token again; the reasons for the nodes it may not act for (empty:
-        it may act for all). Reads and may write the store: call it from a worker thread."""
+        after checking in the store that its token still works; the reasons for the nodes it
+        may not act for (empty: it may act for all). Reads the token's row and the named
+        nodes' claims, and may write those claims: call it from a worker thread."""
+        latest = self.latest(who)
+        if registering and latest.nodes is not None:  # already its own: nothing to record
+            nodes = [n for n in nodes if n not in latest.nodes.claimed]
+            if not nodes:
+                return []
         refused: list[str] = []
         moved = False
         with self.db.session() as s:
             now = self.clock()
             row = s.get(TokenRow, who.token_id) if who.token_id is not None else None
-            if who.token_id is not None and (row is None or auth.state_of(row, now) != "active"):
+            if row is None or auth.state_of(row, now) != "active":
                 return [f"token {who.name} no longer works. To fix: ask an admin for a token"]
-            fresh = replace(auth.caller_of(s, row), source=who.source) if row else who
+            fresh = latest
             for node in nodes:
                 if not registering and fresh.acts_for_node(node):
                     continue
@@ -112,12 +120,11 @@ class TokenCache:
                 moved = moved or done.moved
                 if done.refused is not None:
                     refused.append(done.refused)
-                elif fresh.nodes is not None and not fresh.nodes.allows(node):
+                elif fresh.nodes is not None:
                     fresh = replace(fresh, nodes=fresh.nodes.with_claim(node))
         if moved:  # the token it was taken from may not act for it any more
             self.forget()
-        if row is not None:
-            self._remember(row.digest, replace(fresh, source=""))
+        self._remember(row.digest, replace(fresh, source=""))
         return refused
 
     def forget(self) -> None:

@@ -60,7 +60,7 @@ def tokens(who: Admins, rt: Rt) -> TokenList:
 def revoke_token(ref: str, who: Admins, rt: Rt) -> TokenOut:
     """Revoke the token ``ref`` names (its id, or a name only one working token has): it
     stops working on this server at once and on every replica within the token cache's
-    seconds (``bolt server --token-cache``); an agent token's claimed nodes are freed.
+    seconds (``ServerConfig.token_cache_s``, 5 s); an agent token's claimed nodes are freed.
     Revoking a revoked token changes nothing. 409 for the last working admin token."""
     now = rt.clock()
     try:
