@@ -11,12 +11,14 @@ from typing import Any
 
 import pytest
 from api_builders import audit_rows, bearer, make_token, refusal
-from control_kit import ADMIN, AGENT, Fleet
+from control_kit import ADMIN, AGENT, Fleet, postgres_server, store_url
 from sqlalchemy import delete, select
 
 from boltforge.control import auth
 from boltforge.control.store.models import NodeClaimRow, TokenRow
 from boltforge.control.tokencache import TokenCache
+
+__all__ = ["postgres_server", "store_url"]  # fixtures used by name
 
 
 @pytest.fixture
@@ -227,3 +229,19 @@ def test_the_cache_refuses_a_remembered_token_once_it_expires(fleet: Fleet) -> N
     fleet.clock.advance(5)
     assert fleet.rt.tokens.current(value) is None
     assert fleet.rt.tokens.lookup(value) == "expired"
+
+
+# -- on either store ---------------------------------------------------------------------------
+
+
+def test_claims_revocation_and_the_listing_hold_on_either_store(
+    tmp_path: Path, store_url: str
+) -> None:
+    with Fleet(tmp_path, hosts=2, db_url=store_url) as f:
+        other = bearer(made(f, name="other", role="agent", expires_in_s=600)["token"])
+        refusal(f.http.get("/v1/agents/host-0/desired", headers=other), 403, "belongs to")
+        assert f.post("/v1/tokens/agents/revoke", {}).status_code == 200
+        assert register(f, "host-0", other).status_code == 200
+        tokens = listed(f)
+        assert tokens["other"]["claimed"] == ["host-0"] and tokens["agents"]["claimed"] == []
+        assert tokens["agents"]["state"] == "revoked"

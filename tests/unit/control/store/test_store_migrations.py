@@ -18,8 +18,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, create_engine, inspect, select, text
 from store_builders import T0, sqlite_url
 
+from boltforge.control.auth import Caller, digest, generation, lookup
 from boltforge.control.store.db import MIGRATIONS, Database
-from boltforge.control.store.models import Base, JobRow, LeaderRow, NodeRow, RunRow
+from boltforge.control.store.models import Base, JobRow, LeaderRow, NodeRow, RunRow, TokenRow
 
 SCRIPT = ScriptDirectory(str(MIGRATIONS))
 HEAD = SCRIPT.get_current_head() or "base"
@@ -240,3 +241,34 @@ def test_the_first_revision_seeds_the_job_counter_at_zero(tmp_path: Path) -> Non
     with connection(path) as conn:
         rows = list(conn.execute(text("SELECT name, value FROM counters")).all())
     assert rows == [("job", 0)]
+
+
+def test_tokens_of_an_older_store_keep_working_unbound_and_unexpiring(tmp_path: Path) -> None:
+    """0009 adds bindings, expiry and revocation: a token made before works on as it did
+    (an agent's claiming the nodes it is the first to act for), and the change counter
+    starts at 0."""
+    path = store_at(tmp_path / "tokens.db", "0008", rows=False)
+    with connection(path) as conn:
+        for name, role in (("ops", "admin"), ("agents", "agent")):
+            conn.execute(
+                text(
+                    "INSERT INTO tokens (name, role, digest, created_at)"
+                    " VALUES (:name, :role, :digest, :at)"
+                ),
+                {"name": name, "role": role, "digest": digest(f"{name}-token"), "at": T0},
+            )
+    db = Database(sqlite_url(path))
+    try:
+        db.migrate()
+        with db.session() as s:
+            agent = lookup(s, "agents-token", T0)
+            assert lookup(s, "ops-token", T0) == Caller("ops", "admin")
+            assert agent is not None and agent.nodes is not None and agent.nodes.claims
+            row = s.scalar(select(TokenRow).where(TokenRow.name == "agents"))
+            assert row is not None
+            assert (row.nodes, row.expires_at, row.revoked_at, row.last_used_at) == (
+                *(None, None, None, None),
+            )
+            assert generation(s) == 0
+    finally:
+        db.close()
