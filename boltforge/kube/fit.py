@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from boltforge.kube.model import KubeNode, KubePod, Requirement, Term
 from boltforge.kube.taints import Toleration, blocking
-from boltforge.kube.translate import Unplaceable
+from boltforge.kube.translate import FitsNowhere, Unplaceable
 
 
 def holds(req: Requirement, value: str | None) -> bool:
@@ -104,7 +104,7 @@ class Fitter:
         for kind, pod in kinds.items():
             mine, why = self._fit(kind, pod)
             if not mine & fits:
-                raise Unplaceable(_none_fit(pod, len(self.usable), why))
+                raise FitsNowhere(_none_fit(pod, len(self.usable), why))
             fits &= mine
         if len(fits) == len(self.usable):
             return []

@@ -39,7 +39,7 @@ from kubernetes.client.exceptions import ApiException
 
 from boltforge.agent.client import AgentClientError, Refused, ServerClient
 from boltforge.client import ApiFailure, Client
-from boltforge.kube import model
+from boltforge.kube import model, words
 from boltforge.kube.actions import KubeWrites
 from boltforge.kube.budgets import blocked, protection
 from boltforge.kube.desired import Wanted
@@ -53,6 +53,7 @@ from boltforge.kube.taints import Toleration, blocking
 from boltforge.kube.translate import (
     COMMAND,
     NO_GPUS,
+    FitsNowhere,
     Labels,
     Unplaceable,
     changes,
@@ -448,8 +449,11 @@ class KubeScheduler:
                 spec = self._spec(gang, pods, self._largest)
             except Unplaceable as e:
                 self.state.refused[key] = str(e)
+                if isinstance(e, FitsNowhere):
+                    self.state.fits_nowhere.add(key)
                 continue
             self.state.refused.pop(key, None)
+            self.state.fits_nowhere.discard(key)
             req = SubmitRequest(spec=spec, source=f"kubernetes gang {key}")
             try:
                 job = await self._submit(key, gang, req)
@@ -829,40 +833,39 @@ class KubeScheduler:
         if ended:  # their gangs have new pods: submitted again on the next pass
             self.state.ended_gangs |= {k for k, j in job_of.items() if j in ended}
             self._wake.set()
+        told, now, asked = self.state.told, time.monotonic(), set[str]()
         for key, gang in all_gangs.items():
+            pods = gang.waiting
+            asked.update(p.uid for p in pods)
             text, reason = self._why(key, gang, listed)
             if not text:
                 continue
-            for pod in gang.waiting:
-                if self.state.said.get(pod.uid) == text:
-                    continue
-                self.state.said[pod.uid] = text
-                self._words_pool.submit(_quietly, self.writes.unschedulable, pod, reason, text)
-                self._words_pool.submit(
-                    _quietly, self.writes.event, pod, "FailedScheduling", text, "Warning"
-                )
+            for pod in pods:
+                condition, event = told.tell(pod.uid, reason, text, now)
+                if condition:
+                    self._words_pool.submit(_quietly, self.writes.unschedulable, pod, reason, text)
+                if event:
+                    self._words_pool.submit(
+                        _quietly, self.writes.event, pod, "FailedScheduling", text, "Warning"
+                    )
+        told.forget(asked)
 
     def _why(self, key: GangKey, gang: Gang, listed: Mapping[str, Any]) -> tuple[str, str]:
-        if key in self.state.refused:
-            return f"boltforge: refused: {self.state.refused[key]}", "Unschedulable"
-        job = self.state.job_of.get(key)
+        """What ``gang``'s waiting pods are told: (message, reason), or ("", "")."""
+        state = self.state
+        if key in state.refused:
+            return words.refused(state.refused[key], key in state.fits_nowhere)
+        job = state.job_of.get(key)
         if job is None and key.kind == "podgroup" and self.groups.absent:
-            return f"boltforge: {CRD_MISSING}", "PodGroupCRDMissing"
+            return f"boltforge: {CRD_MISSING}", words.CRD_MISSING
         if job is None:
-            why = gang.not_ready()
-            return (f"boltforge: {why}", "GangIncomplete") if why else ("", "")
+            return words.incomplete(gang)
         summary = listed.get(job)
-        if summary is not None and summary.state == "scheduled" and self.state.blocked:
-            victims = "; ".join(f"job {j}: {w}" for j, w in sorted(self.state.blocked.items())[:2])
-            return (
-                f"boltforge: placed, waiting for room: evicting the gangs it displaces is "
-                f"blocked ({victims}); those pods are not evicted until their budgets allow it",
-                "EvictionBlocked",
-            )
+        if summary is not None and summary.state == "scheduled" and state.blocked:
+            return words.blocked(state.blocked)
         if summary is None or summary.state != "pending":
             return "", ""
-        line = f" (#{summary.position} in line)" if summary.position is not None else ""
-        return f"boltforge: waiting{line}: {summary.reason or 'next pass'}", "Unschedulable"
+        return words.pending(summary)
 
 
 def _assign(

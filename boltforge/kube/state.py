@@ -12,6 +12,7 @@ from typing import Literal
 from boltforge.kube.desired import DesiredStates
 from boltforge.kube.gangs import GangKey
 from boltforge.kube.model import JOB, REPLICA, KubePod
+from boltforge.kube.words import Told
 from boltforge.wire.agent import Inventory, Lease, ReplicaEvent, ReplicaStatus
 
 
@@ -74,7 +75,8 @@ class SchedulerState:
     blocked: dict[str, str] = field(default_factory=dict)  # job -> why its eviction waits
     attempts: dict[GangKey, int] = field(default_factory=dict)  # the gang's current attempt
     ended_gangs: set[GangKey] = field(default_factory=set)  # their job ended; pods wait again
-    said: dict[str, str] = field(default_factory=dict)  # pod uid -> the words it was given
+    told: Told = field(default_factory=Told)  # what each waiting pod was told, and when
+    fits_nowhere: set[GangKey] = field(default_factory=set)  # refused: no node could run it
     ended: set[str] = field(default_factory=set)  # replicas whose exit was reported
     foreign: set[str] = field(default_factory=set)
     cordoned: set[str] = field(default_factory=set)

@@ -26,6 +26,10 @@ class Unplaceable(ValueError):
     """A gang Boltforge cannot take as asked; the message says the fix."""
 
 
+class FitsNowhere(Unplaceable):
+    """A gang no node could ever run as asked (a node of another shape might)."""
+
+
 @dataclass(frozen=True)
 class Labels:
     """Which node labels carry the topology (``bolt kube scheduler --rack-label`` ...): a
@@ -167,7 +171,7 @@ def job_spec(
                 "plugin reports the nodes' GPUs (kubectl describe node: Allocatable)"
             )
         if pods[0].gpus > largest_node:
-            raise Unplaceable(
+            raise FitsNowhere(
                 f"pod {pods[0].name} asks for {pods[0].gpus} GPUs ({GPU_WORDS}) and the "
                 f"largest node has {largest_node}; ask for at most {largest_node} per pod "
                 "and spread the work over more pods"

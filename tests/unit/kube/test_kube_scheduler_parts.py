@@ -370,9 +370,9 @@ def test_each_waiting_pod_is_told_why_once_until_the_reason_changes(r: Rig) -> N
     r.jobs.queue["j-1"] = (2, "capacity")
     r.passes(every_s=2)
     r.passes()
-    waiting = "boltforge: waiting (#2 in line): capacity"
+    waiting = "boltforge: waiting: capacity"  # its place in line is not in the words
     assert {c for c in r.writes.conditions[2:]} == {
-        (f"llm-{i}", "Unschedulable", waiting) for i in range(3)
+        (f"llm-{i}", "SchedulerQueued", waiting) for i in range(3)
     }
 
 
@@ -395,7 +395,7 @@ def test_a_pending_job_without_a_place_in_line_waits_for_the_next_pass(r: Rig) -
     r.gang("llm", 1)
     r.passes(every_s=2)
     r.passes()
-    assert r.writes.conditions == [("llm-0", "Unschedulable", "boltforge: waiting: next pass")]
+    assert r.writes.conditions == [("llm-0", "SchedulerQueued", "boltforge: waiting: next pass")]
 
 
 def test_a_running_job_or_one_the_queue_does_not_list_is_not_explained(r: Rig) -> None:
@@ -418,7 +418,7 @@ def test_every_waiting_gang_is_explained_however_many_jobs_a_listing_shows(r: Ri
         r.gang(name, 1)
     r.passes()
     r.passes(every_s=2)
-    said = {pod for pod, reason, _ in r.writes.conditions if reason == "Unschedulable"}
+    said = {pod for pod, reason, _ in r.writes.conditions if reason == "SchedulerQueued"}
     assert said == {"a-0", "b-0", "c-0"}
 
 
@@ -435,7 +435,7 @@ def test_a_job_list_that_fails_leaves_the_pods_unexplained_until_it_works(r: Rig
     assert r.writes.conditions == []
     r.jobs.jobs = listing  # type: ignore[method-assign]
     r.passes()
-    assert r.writes.conditions == [("llm-0", "Unschedulable", "boltforge: waiting: next pass")]
+    assert r.writes.conditions == [("llm-0", "SchedulerQueued", "boltforge: waiting: next pass")]
 
 
 def test_words_no_pod_waits_for_are_not_said(r: Rig) -> None:

@@ -378,13 +378,13 @@ def test_a_new_leader_adopts_every_bound_pod_and_forgets_the_last_ones_state(r: 
         kpod("done", node="n2", phase="Succeeded", replica="j-3.1.0", job="j-3"),
         kpod("free", group="h"),
     )
-    r.sched.state.said["x"] = "old words"
+    r.sched.state.told.said["x"] = "old words"
     r.lead()
     state = r.sched.state
     assert sorted(state.placed) == ["j-4.2.0", "j-4.2.1"]
     assert state.placed["j-4.2.0"].started and not state.placed["j-4.2.1"].started
     assert state.job_of == {GangKey("research", "podgroup", "g"): "j-4"}
-    assert state.said == {}
+    assert state.told.said == {}
     r.passes()
     assert r.agents.kinds("j-4.2.0") == []  # already running when adopted: nothing new
 
