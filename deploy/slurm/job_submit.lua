@@ -10,6 +10,8 @@ Install: copy this file beside slurm.conf and add `JobSubmitPlugins=lua` to slur
 (docs/slurm.md). Set MANAGED to the partitions Boltforge runs; a job that names no partition
 counts as the cluster's default one, DEFAULT_PARTITION.
 
+Only the bridge (root) releases a job it holds: slurm_job_modify refuses its user's release.
+
 For every job it holds it also touches WAKE, the file `bolt slurm-bridge --wake-file` watches,
 so the bridge reads the new job at once instead of at its next squeue poll. The directory must
 be writable by SlurmUser; where it is missing, nothing is touched and the poll finds the job.
@@ -52,7 +54,23 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     return slurm.SUCCESS
 end
 
+-- A job Boltforge holds is started by the bridge alone (it runs as root): its user may not
+-- release it (`scontrol release` sets its priority), or it would run where Slurm puts it,
+-- outside Boltforge's placement, quotas and image policy. Its user may still hold it, cancel
+-- it, change it, or move it to a partition Boltforge does not manage.
+local NO_VAL = 4294967294 -- the priority of an update that does not change it
+local BRIDGE_UID = 0
+
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+    local priority = job_desc.priority
+    local releases = priority ~= nil and priority ~= NO_VAL and priority ~= 0
+    local stays = job_desc.partition == nil or managed(job_desc.partition)
+    if modify_uid ~= BRIDGE_UID and releases and stays and managed(job_rec.partition) then
+        slurm.log_user("boltforge: Boltforge starts the jobs of partition %s; it was not " ..
+            "released. To have Slurm schedule it instead: scontrol update JobId=%s " ..
+            "Partition=<another partition>", tostring(job_rec.partition), tostring(job_rec.job_id))
+        return slurm.ESLURM_ACCESS_DENIED
+    end
     return slurm.SUCCESS
 end
 

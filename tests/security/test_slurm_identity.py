@@ -235,18 +235,27 @@ def test_an_env_key_that_is_a_shell_command_never_runs_on_a_slurm_node(fleet: Sl
     assert not pwned.exists()
 
 
+def sbatch_as(fleet: SlurmFleet, user: str, script: str, *options: str) -> str:
+    """Send ``script`` with ``sbatch`` as the Slurm user ``user``; its Slurm job id."""
+    path = fleet.shared / f"job-{len(list(fleet.shared.iterdir()))}.sh"
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(0o755)
+    cmd = ["runuser", "-u", user, "--", "sbatch", "--parsable", f"--chdir={fleet.shared}"]
+    sent = subprocess.run(
+        [*cmd, *options, str(path)], env=fleet.slurm.env, capture_output=True, text=True,
+        check=True,
+    )  # fmt: skip
+    return sent.stdout.strip().split(";")[0]
+
+
+def release_as(fleet: SlurmFleet, user: str, job: str) -> subprocess.CompletedProcess[str]:
+    cmd = ["runuser", "-u", user, "--", "scontrol", "release", job]
+    return subprocess.run(cmd, env=fleet.slurm.env, capture_output=True, text=True)
+
+
 def test_an_sbatch_job_stays_the_slurm_user_who_sent_it(fleet: SlurmFleet) -> None:
     done = fleet.shared / "sbatch-who"
-    script = fleet.shared / "who.sh"
-    script.write_text(f"#!/bin/sh\nid -un > {done}\n")
-    script.chmod(0o755)
-    env = {**fleet.slurm.env}
-    sent = subprocess.run(
-        ["runuser", "-u", "bolt-batch", "--", "sbatch", "--parsable", f"--chdir={fleet.shared}",
-         "-A", "batch", "-N1", "--gres=gpu:8", "--job-name=mine", str(script)],
-        env=env, capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    sid = sent.stdout.strip().split(";")[0]
+    sid = sbatch_as(fleet, "bolt-batch", f"id -un > {done}\n", "-A", "batch", "-N1", "--gres=gpu:8")
     bf = wait_until(lambda: fleet.boltforge_id(sid), 20, "the bridge to take it")
     assert ended(fleet, bf).state == "succeeded"
     assert done.read_text().strip() == "bolt-batch"
@@ -275,3 +284,19 @@ def test_require_image_refuses_sbatch_jobs_and_runs_no_image_job_as_a_bare_proce
     detail = ended(fleet, job)
     assert detail.state == "failed" and "runs no containers" in story(detail)
     assert made_for(fleet, job) == [] and not ran.exists()
+
+
+def test_a_slurm_user_cannot_release_a_job_the_image_policy_refused(
+    images_only: SlurmFleet,
+) -> None:
+    """job_submit.lua lets only the bridge (root) release a job Boltforge holds: released by
+    its user, the refused batch script would run under Slurm's own scheduling."""
+    fleet = images_only
+    ran = fleet.shared / "released-ran"
+    sid = sbatch_as(fleet, "bolt-batch", f"touch {ran}\n", "-A", "batch", "-N1", "--gres=gpu:8")
+    wait_until(lambda: "refused" in str(fleet.squeue(sid)["comment"]), 20, "a reason")
+    tried = release_as(fleet, "bolt-batch", sid)
+    assert tried.returncode != 0 and "denied" in tried.stderr
+    job = fleet.squeue(sid)
+    assert (job["job_state"], job["state_reason"], job["priority"]) == ("PENDING", "JobHeldUser", 0)
+    assert not ran.exists()
