@@ -9,6 +9,7 @@ import typer
 from rich.markup import escape
 
 from boltforge.cli.common import EXIT_BAD_INPUT, errors
+from boltforge.cli.credentials import BRIDGE_TOKEN, forget_env, read_token
 
 if TYPE_CHECKING:
     from boltforge.slurm.identity import TeamUsers
@@ -16,9 +17,22 @@ if TYPE_CHECKING:
 
 def slurm_bridge_command(
     server: Annotated[str, typer.Option(help="Control plane URL, e.g. http://10.0.0.1:8080.")],
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="BOLT_TOKEN_FILE",
+            metavar="PATH",
+            help="File holding an admin token (the bridge acts for every node; read once). "
+            "Or set BOLT_TOKEN. Neither reaches the jobs.",
+            show_default=False,
+        ),
+    ] = None,
     token: Annotated[
         str,
-        typer.Option(envvar="BOLT_TOKEN", help="An admin token (the bridge acts for every node)."),
+        typer.Option(
+            hidden=True,
+            help="Deprecated: visible to every user of the host; use --token-file.",
+        ),
     ] = "",
     partition: Annotated[
         list[str] | None,
@@ -82,9 +96,12 @@ def slurm_bridge_command(
     from boltforge.slurm.commands import Slurm
     from boltforge.slurm.model import parse_topology
 
+    token = read_token(BRIDGE_TOKEN, token, token_file) or ""
+    forget_env()
     if not token:
         errors.print(
-            "[bold red]error[/] --token: is required. To fix: pass --token T or set BOLT_TOKEN",
+            "[bold red]error[/] --token-file: a token is required. To fix: pass --token-file "
+            "PATH or set BOLT_TOKEN",
             highlight=False,
         )
         raise typer.Exit(EXIT_BAD_INPUT)

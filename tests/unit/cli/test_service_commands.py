@@ -662,7 +662,7 @@ def test_without_any_topology_each_node_keeps_its_rack_feature(
 
 
 def test_the_bridge_needs_a_token(bridged: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> None:
-    refused(slurm(), "--token: is required")
+    refused(slurm(), "--token-file: a token is required")
     assert bridged == []
 
 
