@@ -39,8 +39,10 @@ def server_command(
     db: Annotated[
         str | None,
         typer.Option(
+            envvar="BOLT_DB",
             help="Store URL (default: SQLite under the user's data directory), e.g. "
-            "postgresql+psycopg://user@host/db."
+            "postgresql+psycopg://user@host/db. Set BOLT_DB instead when it holds a password: "
+            "a command line is visible to every user of the host.",
         ),
     ] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
