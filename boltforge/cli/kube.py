@@ -108,6 +108,7 @@ def kube_scheduler_command(
     from boltforge.kube.connect import api_client
     from boltforge.kube.leader import LeaderElector
     from boltforge.kube.scheduler import KubeScheduler, Options
+    from boltforge.kube.shutdown import run_until_stopped
     from boltforge.kube.taints import parse as parse_toleration
     from boltforge.kube.translate import Labels
 
@@ -165,7 +166,7 @@ def kube_scheduler_command(
         scheduler = KubeScheduler(
             kube, ServerClient(server, token), Client(server, token), me, options, elector
         )
-        await scheduler.run()
+        await run_until_stopped(scheduler.run, scheduler.stop)  # SIGTERM releases the Lease
 
     switching.responsive()
     with contextlib.suppress(KeyboardInterrupt):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -50,13 +51,22 @@ class LeaderElector:
         self.renewed_at: float | None = None  # when this replica last held it (its clock)
         self._seen: tuple[str, str] | None = None  # (holder, renewTime) last read
         self._seen_at = 0.0
+        self._lock = threading.Lock()  # one try (or the release) at a time
+        self._released = False
 
     def leading(self) -> bool:
         return self.renewed_at is not None and self.clock() - self.renewed_at < self.renew_s
 
     def try_once(self) -> bool:
-        """Acquire or renew the Lease; True while this replica leads."""
-        now = self.clock()
+        """Acquire or renew the Lease; True while this replica leads. After ``release``
+        it does nothing (a try still under way when the replica stops must not take the
+        Lease back)."""
+        with self._lock:
+            if self._released:
+                return False
+            return self._try(self.clock())
+
+    def _try(self, now: float) -> bool:
         try:
             held = self._read()
             if held is None:
@@ -74,15 +84,23 @@ class LeaderElector:
         return self.leading()
 
     def release(self) -> None:
-        """Give the Lease up on a clean exit, so the next replica need not wait it out."""
-        if not self.leading():
-            return
+        """Give the Lease up on a clean exit (SIGTERM, Ctrl-C), so the next replica need not
+        wait it out: the holder is cleared and the duration cut to 1 s, which a standby
+        takes at its next try. No try follows it."""
+        with self._lock:
+            self._released = True
+            if self.leading():
+                self._give_up()
+
+    def _give_up(self) -> None:
         try:
             held = self._read()
             if held is not None and held["spec"].get("holderIdentity") == self.identity:
                 held["spec"]["holderIdentity"] = ""
                 held["spec"]["leaseDurationSeconds"] = 1
-                self.api.replace_namespaced_lease(self.name, self.namespace, held)
+                self.api.replace_namespaced_lease(
+                    self.name, self.namespace, held, _request_timeout=5
+                )
         except (ApiException, Urllib3Error, OSError) as e:
             log.info("leader election: release failed: %s", e)
         self.renewed_at = None

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
@@ -118,6 +119,7 @@ class KubeScheduler:
         self.state = SchedulerState()
         self.leading = elector is None
         self._wake = asyncio.Event()
+        self._stopping = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pool = ThreadPoolExecutor(options.workers, thread_name_prefix="kube-write")
         self._words_pool = ThreadPoolExecutor(4, thread_name_prefix="kube-words")
@@ -169,6 +171,12 @@ class KubeScheduler:
             self.budgets,
         ]
 
+    def stop(self) -> None:
+        """Ask ``run`` to return (from any thread or a signal handler): it finishes the pass
+        under way, then cleans up as on a cancel, releasing the Lease."""
+        self._stopping.set()
+        self.poke()
+
     def poke(self) -> None:
         """Wake the loop (from any thread)."""
         loop = self._loop
@@ -183,10 +191,10 @@ class KubeScheduler:
         if self.elector is not None:
             tasks.append(asyncio.create_task(self._elect(self.elector)))
         try:
-            await asyncio.to_thread(_wait_synced, self.informers)
-            if self.leading:
+            await asyncio.to_thread(_wait_synced, self.informers, self._stopping)
+            if self.leading and not self._stopping.is_set():
                 self._take_over()
-            while True:
+            while not self._stopping.is_set():
                 if self.leading:
                     try:
                         await self.step()
@@ -904,10 +912,15 @@ def _quietly(write: Callable[..., None], *args: Any) -> None:
         log.info("could not write to Kubernetes: %s", e)
 
 
-def _wait_synced(informers: list[Informer[Any]]) -> None:
+def _wait_synced(informers: list[Informer[Any]], stopping: threading.Event) -> None:
     for informer in informers:
-        while not informer.synced.wait(5.0):
-            log.info("waiting for the %s informer's first list", informer.kind)
+        waited = 0
+        while not informer.synced.wait(0.5):
+            if stopping.is_set():
+                return
+            waited += 1
+            if waited % 10 == 0:
+                log.info("waiting for the %s informer's first list", informer.kind)
 
 
 def _custom_lister(api: CustomObjectsApi, group: str, version: str, plural: str) -> Any:

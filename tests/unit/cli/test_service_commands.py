@@ -512,6 +512,9 @@ def scheduled(monkeypatch: pytest.MonkeyPatch) -> Scheduled:
         async def run(self) -> None:
             seen.ran += 1
 
+        def stop(self) -> None:
+            pass
+
     monkeypatch.setattr(kube_scheduler, "KubeScheduler", Recorder)
     return seen
 
