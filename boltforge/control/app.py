@@ -20,6 +20,7 @@ from boltforge.control.api import (
     admin,
     agents,
     artifacts,
+    bodies,
     console,
     cost,
     errors,
@@ -30,6 +31,7 @@ from boltforge.control.api import (
 )
 from boltforge.control.api.headers import AskedGZip
 from boltforge.control.api.overload import install as install_overload
+from boltforge.control.api.secure import SecurityHeaders
 from boltforge.control.runtime import Runtime, ServerConfig
 from boltforge.control.services.scaler import Scaler
 from boltforge.control.store.leadership import Leadership
@@ -91,7 +93,10 @@ def create_app(config: ServerConfig, clock: Callable[[], float] = time.time) -> 
     app.state.runtime = rt
     errors.install(app)
     app.add_middleware(AskedGZip, minimum_size=GZIP_MIN_BYTES)  # not event streams
+    limits = bodies.Limits(config.max_body, config.max_agent_body)
+    app.add_middleware(bodies.BodyGate, limits=limits)  # the caller, then the body's size
     install_overload(app, rt)  # sheds a flood before anything is read
+    app.add_middleware(SecurityHeaders)  # outside the rest: on every reply, refusals too
     if leadership is not None:  # outermost: a follower sends callers to the leader
         app.add_middleware(replicas.FollowerForward, leadership=leadership, acting=acting)
     for module in (jobs, agents, artifacts, nodes, admin, cost, console, services, stream):

@@ -58,5 +58,5 @@ def browser() -> Iterator[Browser]:
 def signed_in_page(b: Browser, token: str) -> Page:
     """A new page whose console finds ``token`` already stored (no login form)."""
     page = b.new_page(viewport=VIEWPORT)  # type: ignore[arg-type]
-    page.add_init_script(f"window.localStorage.setItem({TOKEN_KEY!r}, {token!r});")
+    page.add_init_script(f"window.sessionStorage.setItem({TOKEN_KEY!r}, {token!r});")
     return page

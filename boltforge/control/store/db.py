@@ -4,6 +4,7 @@ URL, with the schema brought up to date by Alembic migrations on open."""
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -26,9 +27,11 @@ MIGRATE_LOCK = 0x6B6F6C74  # the advisory lock PostgreSQL replicas migrate under
 
 
 def default_url() -> str:
-    """SQLite in the user's data directory (``~/.local/share/boltforge/boltforge.db``)."""
+    """SQLite in the user's data directory (``~/.local/share/boltforge/boltforge.db``), which
+    only its user may enter (mode 0700)."""
     home = Path(user_data_dir("boltforge"))
-    home.mkdir(parents=True, exist_ok=True)
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    home.chmod(0o700)
     return f"sqlite:///{home / 'boltforge.db'}"
 
 
@@ -128,10 +131,25 @@ def make_engine(url: str) -> Engine:
     if parsed.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
     if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        private_files(Path(parsed.database))
     engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
     event.listen(engine, "connect", _sqlite_pragmas)
     return engine
+
+
+def private_files(path: Path) -> None:
+    """Make the SQLite store at ``path`` its user's alone before SQLite opens it: a folder
+    made for it is created 0700 (one that exists is left as it is), the file is created (or
+    set) 0600, and so are its ``-wal`` and ``-shm`` files where they exist already (SQLite
+    creates them with the database file's mode)."""
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, mode=0o700)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        with contextlib.suppress(FileNotFoundError, PermissionError):  # another user's: theirs
+            if file.stat().st_mode & 0o077:
+                file.chmod(0o600)
 
 
 def _sqlite_pragmas(connection: Any, _record: Any) -> None:

@@ -27,6 +27,7 @@ from boltforge.control.store.backups.engines import (
 from boltforge.control.store.backups.errors import RETAKE, BackupError
 from boltforge.control.store.backups.fileformat import FORMAT, VERSION, dumps, encoded_row
 
+PRIVATE_FILE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
 PARTIAL = ".partial"  # a backup is written under its name plus this, renamed when complete
 
 
@@ -132,9 +133,10 @@ def _backup_lines(
 
 def _write(partial: Path, final: Path, lines: Iterable[str]) -> int:
     """Write ``lines`` gzip-compressed to ``partial`` (on its way to be ``final``) and to
-    disk; its size in bytes."""
+    disk, readable by the server's user alone (mode 0600); its size in bytes."""
     try:
-        with open(partial, "wb") as raw:
+        with os.fdopen(os.open(partial, PRIVATE_FILE, 0o600), "wb") as raw:
+            os.fchmod(raw.fileno(), 0o600)  # only the server's user reads a backup
             with gzip.GzipFile(filename="", mode="wb", fileobj=raw) as out:
                 for chunk in batches.chunks(lines, batches.BATCH):
                     out.write("".join(line + "\n" for line in chunk).encode())
