@@ -226,7 +226,9 @@ def write_env_file(path: Path, env: Mapping[str, str]) -> None:
 
 def hand_over(files: ReplicaPaths, user: str) -> None:
     """Create the container's writable mounts and give them to its ``user`` (``UID:GID``),
-    when the agent may (it runs as root); else they stay the agent's."""
+    private to it (folders 0700, the progress file 0600), when the agent may (it runs as
+    root: a bare-process replica of any team then cannot read them on the host); else they
+    stay the agent's."""
     folders = list(mounts(files).values())
     for folder in folders:
         folder.mkdir(parents=True, exist_ok=True)
@@ -236,7 +238,10 @@ def hand_over(files: ReplicaPaths, user: str) -> None:
         return
     uid, _, gid = user.partition(":")
     for path in (*folders, files.progress):
-        os.chown(path, int(uid), int(gid or uid))
+        if path.is_symlink():
+            raise OSError(f"{path} is a symbolic link; the agent does not hand it over")
+        os.chown(path, int(uid), int(gid or uid), follow_symlinks=False)
+        os.chmod(path, 0o700 if path.is_dir() else 0o600)
 
 
 def remove_files(files: ReplicaPaths) -> None:

@@ -170,7 +170,7 @@ def give(path: Path, identity: Identity, mode: int) -> None:
     if path.is_symlink():
         raise OSError(f"{path} is a symbolic link; the agent does not hand it to a job")
     os.chown(path, identity.uid, identity.gid, follow_symlinks=False)
-    os.chmod(path, mode, follow_symlinks=False)
+    os.chmod(path, mode)
 
 
 async def launch(
