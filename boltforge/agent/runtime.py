@@ -140,7 +140,7 @@ class AgentRuntime:
             else:
                 replica.process = await launch(spec, paths, env, replica.identity)
         except (OSError, ValueError) as e:
-            self._not_started(replica, f"could not start: {e}")
+            self._not_started(replica, f"could not start: {e}{_as_whom(replica, e)}")
             return
         self.live[spec.replica] = replica
         self.record.add(spec, replica.process.pid, replica.identity)
@@ -474,6 +474,16 @@ class AgentRuntime:
     def cancel_tasks(self) -> None:
         for task in list(self._tasks):
             task.cancel()
+
+
+def _as_whom(replica: Replica, error: Exception) -> str:
+    """For a replica refused a file as its team's user: who it ran as, and the fix."""
+    if replica.identity is None or not isinstance(error, PermissionError):
+        return ""
+    return (
+        f" (it runs as user {replica.identity.user}, who may not reach it. To fix: put the "
+        "command, its interpreter and its cwd where every user may read them, not under /root)"
+    )
 
 
 def _identity(entry: Launched) -> Identity | None:

@@ -283,3 +283,73 @@ def test_the_launch_record_keeps_the_user_a_leftover_ran_as(tmp_path: Path) -> N
     record.add(spec, os.getpid(), Identity("bolt-nlp", 4321, 4322))
     [entry] = record.read().replicas
     assert (entry.user, entry.uid, entry.gid) == ("bolt-nlp", 4321, 4322)
+
+
+RESUMES = """
+import os, sys
+path = os.path.join(os.environ["BOLT_CHECKPOINT_DIR"], "step")
+step = int(open(path).read()) if os.path.exists(path) else 0
+print("resumed from", step, flush=True)
+open(path, "w").write(str(step + 10))
+"""
+
+
+def runtime_as_teams(base: Path) -> AgentRuntime:
+    return AgentRuntime(
+        base / "work",
+        Outbox(),
+        on_exit=lambda: None,
+        env={"PATH": os.environ["PATH"]},
+        identities=Identities(prefix=PREFIX),
+    )
+
+
+async def run_epoch(rt: AgentRuntime, spec: ReplicaSpec) -> ReplicaEvent:
+    await rt.start(spec)
+    found: list[ReplicaEvent] = await until(
+        lambda: [
+            e for e in rt.outbox.events if e.kind in ("exited", "failed") and e.epoch == spec.epoch
+        ]
+    )
+    return found[0]
+
+
+@as_root
+def test_a_later_epoch_resumes_from_the_checkpoint_its_team_user_wrote(
+    tmp_path: Path, users: list[str]
+) -> None:
+    python = job_python()
+    base = open_dir(tmp_path)
+    users.append(PREFIX + "nlp")
+    rt = runtime_as_teams(base)
+    fields: dict[str, Any] = {"replica": "j/w0", "job": "j", "team": "nlp", "action": "run"}
+    fields["command"] = [python, "-c", RESUMES]
+    fields["cwd"] = str(base)
+
+    async def go() -> list[ReplicaEvent]:
+        return [await run_epoch(rt, ReplicaSpec(epoch=e, **fields)) for e in (1, 2)]
+
+    first, second = asyncio.run(asyncio.wait_for(go(), 60))
+    assert (first.exit_code, second.exit_code) == (0, 0), (first, second)
+    spec = ReplicaSpec(epoch=2, **fields)
+    assert "resumed from 10" in replica_paths(rt.work_dir, spec).log.read_text()
+
+
+@as_root
+def test_a_command_its_team_user_may_not_run_fails_naming_the_user_and_the_fix(
+    tmp_path: Path, users: list[str]
+) -> None:
+    base = open_dir(tmp_path)
+    users.append(PREFIX + "nlp")
+    private = base / "private"
+    private.mkdir(mode=0o700)
+    tool = private / "tool.sh"
+    tool.write_text("#!/bin/sh\necho hi\n")
+    tool.chmod(0o755)
+    spec = ReplicaSpec(
+        replica="j/w0", job="j", team="nlp", epoch=1, action="run", command=[str(tool)]
+    )
+    event = asyncio.run(asyncio.wait_for(run_epoch(runtime_as_teams(base), spec), 60))
+    assert event.kind == "failed"
+    assert "Permission denied" in event.detail and f"runs as user {PREFIX}nlp" in event.detail
+    assert "To fix:" in event.detail
