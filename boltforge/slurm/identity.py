@@ -122,13 +122,16 @@ def submit_prefix(who: RunAs) -> list[str]:
 
 
 def parse_team_users(pairs: list[str]) -> dict[str, str]:
-    """``TEAM=USER`` words as a map; ``ValueError`` naming the first bad one."""
+    """``TEAM=USER`` words as a map; ``ValueError`` naming the first bad one (not a pair,
+    or a team given twice)."""
     out: dict[str, str] = {}
     for pair in pairs:
-        team, sep, user = pair.partition("=")
-        if not sep or not team.strip() or not user.strip():
+        team, sep, user = (w.strip() for w in pair.partition("="))
+        if not sep or not team or not user:
             raise ValueError(
                 f"{pair!r} is not TEAM=USER. To fix: e.g. {TEAM_USER_FLAG} nlp=nlp_svc"
             )
-        out[team.strip()] = user.strip()
+        if team in out:
+            raise ValueError(f"team {team} is mapped twice. To fix: give each team one user")
+        out[team] = user
     return out

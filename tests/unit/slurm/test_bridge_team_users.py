@@ -74,8 +74,7 @@ def test_a_bad_map_is_refused_at_start_naming_the_option(
     assert bridged == []
 
 
-def test_team_user_pairs_are_trimmed_and_the_last_of_a_team_wins() -> None:
-    assert parse_team_users([" nlp = svc1 ", "nlp=svc2", "cv=cv_svc"]) == {
-        "nlp": "svc2",
-        "cv": "cv_svc",
-    }
+def test_team_user_pairs_are_trimmed_and_a_team_given_twice_is_refused() -> None:
+    assert parse_team_users([" nlp = svc1 ", "cv=cv_svc"]) == {"nlp": "svc1", "cv": "cv_svc"}
+    with pytest.raises(ValueError, match="team nlp is mapped twice"):
+        parse_team_users(["nlp=svc1", "nlp=svc2"])
