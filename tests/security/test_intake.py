@@ -15,12 +15,16 @@ import pytest
 from control_kit import ADMIN, AGENT, Fleet, make_spec
 from fastapi import FastAPI
 from sqlalchemy import func, select
+from typer.testing import CliRunner
 
+from boltforge.cli.main import app as cli
 from boltforge.control.api.bodies import too_deep
 from boltforge.control.store.backups import backup
 from boltforge.control.store.db import Database
 from boltforge.control.store.models import JobRow
 from boltforge.spec.bounds import MAX_COMMAND_BYTES, MAX_ENV_BYTES, MAX_ENV_VALUE
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture
@@ -96,6 +100,28 @@ def test_service_yaml_goes_through_the_same_loader(fleet: Fleet) -> None:
     text = "kind: service\nname: s\nteam: research\ngpus: 1\ncommand: &c [x]\nimage: *c\n"
     reply = fleet.http.post("/v1/services", json={"yaml": text}, headers=ADMIN)
     assert "alias" in refused(reply, 422, "yaml (line")
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        ("job.yaml", "name: x\nteam: t\ngpus: &n 8\nper_node: *n\n", "alias"),
+        ("job.yaml", "name: x\nteam: t\ngpus: 8\nenv: {'A;B': '1'}\n", "job.env"),
+        ("fleet.yaml", "pools: " + "[" * 50_000 + "]" * 50_000 + "\n", "deeper"),
+    ],
+    ids=["alias", "env-key", "deep-fleet"],
+)
+def test_the_cli_refuses_the_same_files_with_exit_2_and_no_traceback(
+    tmp_path: Path, name: str, text: str, expected: str
+) -> None:
+    file = tmp_path / name
+    file.write_text(text)
+    fleet = file if name == "fleet.yaml" else EXAMPLES / "fleets" / "lab.yaml"
+    job = file if name == "job.yaml" else EXAMPLES / "jobs" / "rlhf.yaml"
+    result = CliRunner().invoke(cli, ["place", "--fleet", str(fleet), "--job", str(job)])
+    assert result.exit_code == 2, result.output
+    assert expected in result.stderr and "To fix" in result.stderr
+    assert "Traceback" not in result.output
 
 
 @pytest.mark.parametrize(
