@@ -44,7 +44,14 @@ from boltforge.agent.client import AgentClientError, ServerClient, SessionLost
 from boltforge.client import ApiFailure, Client
 from boltforge.slurm.commands import Slurm, SlurmError
 from boltforge.slurm.gang import TAG, BridgeState, Gang, job_comment, parse_admin_comment
-from boltforge.slurm.identity import NoIdentity, RunAs, TeamUsers, submit_prefix
+from boltforge.slurm.identity import (
+    NoIdentity,
+    RunAs,
+    TeamUsers,
+    parse_config,
+    submit_prefix,
+    unchecked_accounts,
+)
 from boltforge.slurm.launch import Unlaunchable, batch_script, gpus_per_node
 from boltforge.slurm.model import SlurmJob, SlurmNode
 from boltforge.slurm.translate import (
@@ -134,6 +141,7 @@ class SlurmBridge:
         self._next_comments = 0.0
 
     async def run(self) -> None:
+        await self._say_if_accounts_unchecked()
         watch = self.wake_file
         tasks = [asyncio.create_task(self._watch(watch))] if watch is not None else []
         try:
@@ -152,6 +160,17 @@ class SlurmBridge:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _say_if_accounts_unchecked(self) -> None:
+        """Warn, once at start, when Slurm lets any user name any account (an ``sbatch``
+        job's team): the bridge cannot tell a job's real team then."""
+        try:
+            why = unchecked_accounts(parse_config(await self.slurm.config()))
+        except (SlurmError, OSError) as e:
+            log.warning("could not read Slurm's configuration: %s", e)
+            return
+        if why is not None:
+            log.warning("%s", why)
 
     async def _watch(self, path: Path) -> None:
         """Wake a pass as soon as ``path`` changes (``job_submit.lua`` touches it for every

@@ -67,6 +67,10 @@ class Slurm:
             raise SlurmError(f"{args[0]} --json gave no object")
         return data
 
+    async def config(self) -> str:
+        """What ``scontrol show config`` prints (``identity.parse_config`` reads it)."""
+        return await self.run("scontrol", "show", "config")
+
     async def nodes(self, partitions: Sequence[str]) -> list[SlurmNode]:
         data = await self._json("sinfo", "--json", "-p", ",".join(partitions))
         return [n for n in parse_nodes(data) if set(n.partitions) & set(partitions)]

@@ -135,3 +135,34 @@ def parse_team_users(pairs: list[str]) -> dict[str, str]:
             raise ValueError(f"team {team} is mapped twice. To fix: give each team one user")
         out[team] = user
     return out
+
+
+# What makes Slurm check that a job's account (-A: its Boltforge team) is one its user has.
+ENFORCING = frozenset({"associations", "limits", "qos", "wckeys", "safe", "all"})
+
+
+def parse_config(text: str) -> dict[str, str]:
+    """``scontrol show config`` as key -> value (``Key = Value`` lines; others skipped)."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and " " not in key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
+def unchecked_accounts(config: dict[str, str]) -> str | None:
+    """Why an ``sbatch`` job's team cannot be trusted on this cluster, or None when Slurm
+    checks it: its team is its account, which Slurm checks only with slurmdbd and an
+    ``AccountingStorageEnforce`` of associations (or anything that implies it)."""
+    storage = config.get("AccountingStorageType", "")
+    enforce = {w.strip().lower() for w in config.get("AccountingStorageEnforce", "").split(",")}
+    if storage.endswith("slurmdbd") and enforce & ENFORCING:
+        return None
+    return (
+        f"Slurm does not check accounts here (AccountingStorageType={storage or '?'}, "
+        f"AccountingStorageEnforce={config.get('AccountingStorageEnforce', '?')}): any Slurm "
+        "user may send a job with -A naming any team, and Boltforge counts it against that "
+        "team's quota, budget and fair share. To fix: run slurmdbd with "
+        "AccountingStorageEnforce=associations"
+    )

@@ -52,6 +52,9 @@ class FakeSlurm:
     async def jobs(self, partitions: Sequence[str]) -> list[SlurmJob]:
         return list(self.queue.values())
 
+    async def config(self) -> str:
+        return "AccountingStorageType = accounting_storage/none\n"
+
     async def nodes(self, partitions: Sequence[str]) -> list[SlurmNode]:
         return self.nodes_
 

@@ -20,7 +20,7 @@ from slurm_fakes import FakeServer, FakeSlurm, bridge, run, team_users, wants
 from slurm_kit import SlurmFleet, scheduled_slurm, wait_until
 
 from boltforge.client import ApiFailure
-from boltforge.slurm.identity import NoIdentity, TeamUsers
+from boltforge.slurm.identity import NoIdentity, TeamUsers, parse_config, unchecked_accounts
 from boltforge.slurm.launch import Unlaunchable, batch_script
 from boltforge.wire.agent import ReplicaSpec
 from boltforge.wire.jobs import TERMINAL, JobDetail, Problem, SubmitRequest
@@ -136,6 +136,33 @@ def test_a_bridge_not_running_as_root_cannot_submit_as_a_team_user() -> None:
         as_other.run_as("nlp")
 
 
+# -- the team of an sbatch job ------------------------------------------------------------------
+
+CONFIG = """Configuration data as of 2026-11-28T16:00:00
+AccountingStorageEnforce = {enforce}
+AccountingStorageType   = {storage}
+ClusterName             = lab
+"""
+
+
+@pytest.mark.parametrize(
+    ("storage", "enforce", "checked"),
+    [
+        pytest.param("accounting_storage/none", "none", False, id="no slurmdbd"),
+        pytest.param("accounting_storage/slurmdbd", "none", False, id="not enforced"),
+        pytest.param("accounting_storage/slurmdbd", "associations,limits", True, id="enforced"),
+        pytest.param("accounting_storage/slurmdbd", "safe", True, id="safe implies it"),
+    ],
+)
+def test_the_bridge_says_when_any_slurm_user_may_name_any_team(
+    storage: str, enforce: str, checked: bool
+) -> None:
+    why = unchecked_accounts(parse_config(CONFIG.format(storage=storage, enforce=enforce)))
+    assert (why is None) == checked
+    if why is not None:
+        assert "-A naming any team" in why and "AccountingStorageEnforce=associations" in why
+
+
 # -- --require-image ----------------------------------------------------------------------------
 
 
@@ -201,6 +228,10 @@ def test_a_bolt_submit_job_runs_as_its_teams_slurm_user_without_the_bridges_toke
     [made] = made_for(fleet, job)
     assert made["user_name"] == "bolt-research"  # Slurm's own word (squeue -o %u)
     assert not any(fleet.server.admin_token in line for line in env)
+
+
+def test_the_bridge_warns_that_this_clusters_accounts_are_unchecked(fleet: SlurmFleet) -> None:
+    assert "Slurm does not check accounts here" in fleet.log()  # no slurmdbd in the tests
 
 
 def test_a_bolt_submit_job_of_a_team_with_no_slurm_user_fails_saying_how_to_map_it(
