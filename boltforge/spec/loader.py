@@ -75,9 +75,12 @@ def read_text(path: str | Path) -> str:
 def parse_yaml(text: str, source: str) -> Any:
     """Load one YAML document from ``text`` with ``BoundedLoader``; syntax errors and
     refused documents become a ``SpecError`` naming the line and column."""
-    loader = BoundedLoader(text)
     try:
-        return loader.get_single_data()
+        loader = BoundedLoader(text)  # reads the text: a character YAML forbids raises here
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
@@ -85,5 +88,3 @@ def parse_yaml(text: str, source: str) -> Any:
         if not isinstance(e, Refused):
             problem = f"{problem}. To fix: correct the syntax"
         raise SpecError(source, [Problem(f"yaml ({where})", _MISSING, problem)]) from None
-    finally:
-        loader.dispose()

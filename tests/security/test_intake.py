@@ -96,6 +96,12 @@ def test_yaml_aliases_are_refused_before_they_unfold(fleet: Fleet) -> None:
     assert stored_jobs(fleet) == 0
 
 
+@pytest.mark.parametrize("path", ["/v1/jobs", "/v1/services"])
+def test_yaml_with_a_character_yaml_forbids_is_a_422(fleet: Fleet, path: str) -> None:
+    reply = fleet.http.post(path, json={"yaml": "(\x8fX"}, headers=ADMIN)
+    assert "special characters" in refused(reply, 422, "yaml")
+
+
 def test_service_yaml_goes_through_the_same_loader(fleet: Fleet) -> None:
     text = "kind: service\nname: s\nteam: research\ngpus: 1\ncommand: &c [x]\nimage: *c\n"
     reply = fleet.http.post("/v1/services", json={"yaml": text}, headers=ADMIN)
