@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
 from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from boltforge.control.store.models import CounterRow, NodeClaimRow, TokenRow
@@ -208,15 +209,25 @@ def generation(s: Session) -> int:
 
 
 def bump(s: Session) -> None:
-    """Grow the change counter (in ``s``'s transaction)."""
-    done = s.execute(
+    """Grow the change counter (in ``s``'s transaction), making it at its first change (a
+    store is not seeded with it, so that a new store stays empty of data)."""
+    if _grow(s):
+        return
+    try:
+        with s.begin_nested():  # another server may make it at the same moment
+            s.add(CounterRow(name=GENERATION, value=1))
+    except IntegrityError:
+        _grow(s)
+
+
+def _grow(s: Session) -> bool:
+    grown = s.execute(
         update(CounterRow)
         .where(CounterRow.name == GENERATION)
         .values(value=CounterRow.value + 1)
         .returning(CounterRow.value)
     ).first()
-    if done is None:
-        s.add(CounterRow(name=GENERATION, value=1))
+    return grown is not None
 
 
 def claim(s: Session, who: Caller, node: str, at: float, registering: bool) -> Claimed:

@@ -52,7 +52,7 @@ def refused(result: Result) -> str:
 def test_a_token_name_in_brackets_is_echoed_as_typed(served: Fleet) -> None:
     text = refused(bolt("token", "create", "[bold]x", "--role", "viewer"))
     assert "'[bold]x'" in text
-    assert "To fix: lower-case letters, digits and _.-" in text
+    assert "To fix: letters, digits and _.@-" in text
 
 
 def test_the_pattern_a_team_must_match_is_shown_whole(served: Fleet) -> None:

@@ -297,8 +297,8 @@ def test_a_backup_of_an_older_schema_is_restored_at_its_revision_then_upgraded(
 
 def unclaimed(rows: Rows) -> Rows:
     """``rows`` as a store before revision 0009 upgraded would hold them: no node claimed
-    by an agent token, and the tokens' change counter at 0."""
-    counters = [{**c, "value": 0} if c["name"] == "tokens" else c for c in rows["counters"]]
+    by an agent token, and no tokens' change counter."""
+    counters = [c for c in rows["counters"] if c["name"] != "tokens"]
     return {**rows, "node_claims": [], "counters": counters}
 
 

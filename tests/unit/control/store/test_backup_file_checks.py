@@ -98,23 +98,31 @@ def write_lines(path: Path, lines: list[Any]) -> Path:
     return path
 
 
-ADDED_0008 = {("jobs", "service"), ("runs", "gpu_share")}
+TOKENS_0009 = ("nodes", "expires_at", "revoked_at", "last_used_at")
+ADDED_SINCE_0006 = {("jobs", "service"), ("runs", "gpu_share")} | {
+    ("tokens", c) for c in TOKENS_0009
+}
+TABLES_SINCE_0006 = ("services", "node_claims")
 
 
 def at_0006(lines: Lines) -> Lines:
     """A backup as revision 0006 would have written it: 0007 added only the lease, which
-    backups leave out; 0008 the services table, the jobs' service and runs' gpu_share."""
+    backups leave out; 0008 the services table, the jobs' service and runs' gpu_share; 0009
+    the node_claims table and the tokens' bindings, expiry, revocation and last use."""
     header = {**lines[0], "revision": "0006"}
-    header["tables"] = {t: n for t, n in header["tables"].items() if t != "services"}
+    header["tables"] = {t: n for t, n in header["tables"].items() if t not in TABLES_SINCE_0006}
     header["columns"] = {
-        t: [c for c in cols if (t, c) not in ADDED_0008]
+        t: [c for c in cols if (t, c) not in ADDED_SINCE_0006]
         for t, cols in header["columns"].items()
-        if t != "services"
+        if t not in TABLES_SINCE_0006
     }
     rows = [
-        {**line, "r": {k: v for k, v in line["r"].items() if (line["t"], k) not in ADDED_0008}}
+        {
+            **line,
+            "r": {k: v for k, v in line["r"].items() if (line["t"], k) not in ADDED_SINCE_0006},
+        }
         for line in lines[1:]
-        if line["t"] != "services"
+        if line["t"] not in TABLES_SINCE_0006
     ]
     return [header, *rows]
 

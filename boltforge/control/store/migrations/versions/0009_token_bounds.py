@@ -1,5 +1,6 @@
-"""tokens bound to nodes, expiring and revocable (new columns), which token each node
-belongs to (a new table), and the tokens' change counter
+"""tokens bound to nodes, expiring and revocable (new columns), and which token each node
+belongs to (a new table); the tokens' change counter (``counters`` row ``tokens``) is made at
+its first change
 
 Revision ID: 0009
 Revises: 0008
@@ -29,8 +30,6 @@ def upgrade() -> None:
         sa.Column("at", sa.Float(), nullable=False),
     )
     op.create_index("ix_node_claims_token_id", "node_claims", ["token_id"])
-    counters = sa.table("counters", sa.column("name", sa.String), sa.column("value", sa.Integer))
-    op.bulk_insert(counters, [{"name": "tokens", "value": 0}])
 
 
 def downgrade() -> None:
