@@ -77,7 +77,7 @@ def needs(pod: KubePod) -> Needs:
 
 class Fitter:
     """The nodes a gang may use, for one pass: ``nodes`` (parsed), each usable node's pool
-    (``pool_of``: the registered ones not cordoned), the tolerations added for every pod.
+    (``pool_of``: the registered ones not unschedulable), the tolerations added for every pod.
     Answers are kept by ``Needs``, so gangs of one template cost one look at the fleet."""
 
     def __init__(

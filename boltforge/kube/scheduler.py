@@ -361,15 +361,18 @@ class KubeScheduler:
         return nodes_changed | self._tainted
 
     def _fit(self) -> Fitter:
-        """Which nodes gangs may use, this pass: the registered nodes not cordoned."""
+        """Which nodes gangs may use, this pass: the registered nodes, but those cordoned
+        for being unschedulable (a node cordoned for its taints counts: a pod that
+        tolerates them may go there, and it is uncordoned when one waits)."""
         if self._fitter is None:
             state, labels = self.state, self.options.labels
+            nodes = self.nodes.snapshot()
             pool_of = {
                 n: inv.pool
                 for n, inv in state.registered.items()
-                if n in state.leases and n not in state.cordoned
+                if n in state.leases and n in nodes and not nodes[n].unschedulable
             }
-            self._fitter = Fitter(self.nodes.snapshot(), pool_of, self._tols, labels.pool)
+            self._fitter = Fitter(nodes, pool_of, self._tols, labels.pool)
         return self._fitter
 
     async def _cordon(self, node: model.KubeNode) -> None:

@@ -189,6 +189,18 @@ def test_a_pod_that_does_not_tolerate_the_fleets_taint_is_refused_with_the_taint
     assert r.jobs.cordoned == []
 
 
+def test_a_pod_alone_on_a_fleet_cordoned_for_its_taint_is_refused_not_submitted(r: Rig) -> None:
+    mixed_fleet(r, taints=DEDICATED)
+    r.passes()  # no pod tolerates the taint: every node is cordoned
+    r.put(kpod("intolerant"))
+    r.passes()
+    assert r.jobs.submitted == []
+    assert (
+        "taint dedicated=gpu:NoSchedule"
+        in r.sched.state.refused[GangKey("research", "pod", "intolerant")]
+    )
+
+
 def test_a_taint_no_pod_tolerates_cordons_until_one_does(r: Rig) -> None:
     r.nodes(knode("h1", taints=DEDICATED), knode("h2"))
     r.passes()
