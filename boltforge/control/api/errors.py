@@ -24,6 +24,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         (403, "The token's role or team may not do this, or the team's budget is spent"),
         (404, "No such job or node"),
         (409, "A conflict: a stale agent session, or an idempotency key reused"),
+        (413, "A request body over the server's limit (`--max-body`, `--max-agent-body`)"),
         (422, "Invalid input: each problem names the field, the value and the fix"),
     )
 }
