@@ -134,7 +134,7 @@ class KubeScheduler:
         self._largest = 0  # GPUs of the largest node
         self._tols = tolerations(options.labels)  # taken as every pod's (--tolerate-taint)
         self._tainted: set[str] = set()  # nodes with taints that keep some pods off
-        self._pod_tols: frozenset[Toleration] = frozenset()  # of the waiting pods
+        self._pod_tols: frozenset[Toleration] = frozenset()  # of the live pods
         self._fitter: Fitter | None = None  # for this pass (``_fit``)
         core = CoreV1Api(client)
         custom = CustomObjectsApi(client)
@@ -346,13 +346,17 @@ class KubeScheduler:
     def _tolerated_by_pods(
         self, all_gangs: Mapping[GangKey, Gang], nodes_changed: set[str] | None
     ) -> set[str] | None:
-        """Keep the waiting pods' tolerations current (only while some node is tainted);
-        when they changed, the tainted nodes are added to ``nodes_changed`` (their cordon
-        depends on them)."""
+        """Keep the tolerations of the scheduler's live pods (waiting or running) current,
+        while some node is tainted; when they changed, the tainted nodes are added to
+        ``nodes_changed`` (their cordon depends on them)."""
         tols: frozenset[Toleration] = frozenset()
         if self._tainted:
             tols = frozenset(
-                t for g in all_gangs.values() for p in g.waiting for t in p.tolerations
+                t
+                for g in all_gangs.values()
+                for p in g.members.values()
+                if not p.finished and not p.deleting
+                for t in p.tolerations
             )
         if tols == self._pod_tols or nodes_changed is None:
             self._pod_tols = tols

@@ -96,7 +96,7 @@ def tolerations(labels: Labels) -> tuple[Toleration, ...]:
 def cordoned(node: KubeNode, labels: Labels, tolerated_by_pods: Iterable[Toleration] = ()) -> bool:
     """New pods may not land on ``node``: it is unschedulable, or has a NoSchedule or
     NoExecute taint that neither ``labels.tolerated`` nor any of ``tolerated_by_pods`` (the
-    waiting pods' tolerations) tolerates. A taint some pods tolerate does not cordon the
+    tolerations of the scheduler's live pods, waiting or running) tolerates. A taint some pods tolerate does not cordon the
     node: those pods may go there, and the others are kept off it by their gang's pools
     (``fit.py``)."""
     kept = blocking(node.taints, tolerations(labels))

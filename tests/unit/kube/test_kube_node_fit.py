@@ -210,6 +210,15 @@ def test_a_taint_no_pod_tolerates_cordons_until_one_does(r: Rig) -> None:
     assert r.jobs.uncordoned == ["h1"]
 
 
+def test_a_taint_a_running_pod_tolerates_does_not_cordon_once_it_is_bound(r: Rig) -> None:
+    r.nodes(knode("h1", taints=DEDICATED), knode("h2"))
+    r.put(kpod("solo", tolerations=TOLERATES))
+    r.passes()
+    r.put(kpod("solo", node="h1", phase="Running", tolerations=TOLERATES))
+    r.passes(2)
+    assert r.jobs.cordoned == []
+
+
 def test_taints_the_options_tolerate_keep_no_pod_off(monkeypatch: pytest.MonkeyPatch) -> None:
     r = rig(monkeypatch, Options(labels=Labels(tolerated=("dedicated=gpu:NoSchedule",))))
     mixed_fleet(r, taints=DEDICATED)
