@@ -1,7 +1,9 @@
-"""Boltforge as a Kubernetes scheduler, driven through the real ``kubernetes`` client and
-kubectl against the test suite's API server (no kube-apiserver can be installed here): gangs
-bound whole or not at all, on one rack; preemption through the Eviction API that honours a
-PodDisruptionBudget; watches that lose their connection or get 410; two replicas, one Lease."""
+"""Boltforge as a Kubernetes scheduler on a real control plane (kube-apiserver,
+kube-controller-manager with its disruption controller, kwok's nodes), with the RBAC of
+``deploy/kubernetes/rbac.yaml``, driven through the real ``kubernetes`` client and kubectl:
+gangs bound whole or not at all, on one rack; preemption through the Eviction API that
+honours a PodDisruptionBudget; watches cut by an API server restart, resumed or listed again
+after etcd's history was compacted; two replicas, one Lease."""
 
 from __future__ import annotations
 
@@ -14,28 +16,29 @@ from typing import Any
 
 import pytest
 
-from boltforge.testing.kube_builders import CLASSES, node_json, pdb_json, pod_group_json, pod_json
+from boltforge.testing.kube_builders import CLASSES, pdb_json, pod_group_json, pod_json
 from boltforge.testing.kube_fleet import KubeFleet, kube_fleet
 from boltforge.testing.processes import wait_until
+from boltforge.testing.realkube import RealKube, kwok_node
 
 RACKS = {f"n{r}{i}": f"r{r}" for r in (1, 2) for i in range(8)}  # 2 racks of 8 nodes
 
 
 @pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[KubeFleet]:
-    nodes = [node_json(name, rack=rack) for name, rack in RACKS.items()]
-    with kube_fleet(tmp_path, nodes) as f:
+def fleet(tmp_path: Path, real_kube_session: RealKube) -> Iterator[KubeFleet]:
+    nodes = [kwok_node(name, rack=rack) for name, rack in RACKS.items()]
+    with kube_fleet(tmp_path, real_kube_session, nodes) as f:
         for pc in CLASSES:
-            f.create(pc)
+            f.ensure(pc)
         yield f
 
 
 def gang(f: KubeFleet, name: str, pods: int, gpus: int = 8, **extra: Any) -> list[str]:
     """A PodGroup of ``pods`` pods of ``gpus`` GPUs; the pods' names."""
-    f.create(pod_group_json(name, pods))
+    f.create(pod_group_json(name, pods, f.namespace))
     names = [f"{name}-{i}" for i in range(pods)]
     for n in names:
-        f.create(pod_json(n, gpus=gpus, group=name, **extra))
+        f.create(pod_json(n, gpus=gpus, group=name, namespace=f.namespace, **extra))
     return names
 
 
@@ -82,11 +85,12 @@ def test_a_gang_that_cannot_fully_fit_binds_nothing_and_says_why(fleet: KubeFlee
 
 
 def test_bad_gangs_get_a_clear_condition_and_nothing_is_half_bound(fleet: KubeFleet) -> None:
-    fleet.create(pod_json("greedy", gpus=16))
-    fleet.create(pod_json("orphan", group="no-such-group"))
-    fleet.create(pod_group_json("short", 4))
+    ns = fleet.namespace
+    fleet.create(pod_json("greedy", gpus=16, namespace=ns))
+    fleet.create(pod_json("orphan", group="no-such-group", namespace=ns))
+    fleet.create(pod_group_json("short", 4, ns))
     for i in range(2):
-        fleet.create(pod_json(f"short-{i}", group="short"))
+        fleet.create(pod_json(f"short-{i}", group="short", namespace=ns))
 
     def message(pod: str) -> str:
         return str(condition(fleet, pod).get("message") or "")
@@ -102,7 +106,8 @@ def test_bad_gangs_get_a_clear_condition_and_nothing_is_half_bound(fleet: KubeFl
 def test_a_high_priority_gang_evicts_a_whole_rack_and_spares_the_budgeted_gang(
     fleet: KubeFleet,
 ) -> None:
-    fleet.create(pdb_json("keep-all", {"app": "kept"}, min_available=8))
+    evictions = fleet.requests()[("create", "pods/eviction")]
+    fleet.create(pdb_json("keep-all", {"app": "kept"}, min_available=8, namespace=fleet.namespace))
     kept = gang(fleet, "kept", 8, labels={"app": "kept"}, priority_class="low")
     wait_until(lambda: all_bound(fleet, kept), 30, "the budgeted gang to bind")
     free = gang(fleet, "free", 8, priority_class="low")
@@ -111,25 +116,30 @@ def test_a_high_priority_gang_evicts_a_whole_rack_and_spares_the_budgeted_gang(
     urgent = gang(fleet, "urgent", 8, priority_class="high")
     where = wait_until(lambda: all_bound(fleet, urgent), 30, "the urgent gang to bind")
     assert set(where.values()) == free_nodes  # the victims' rack: topology-valid
+    # evicted: kwok, as the kubelet would, removed them
+    wait_until(lambda: not set(free) & set(fleet.pods()), 30, "the evicted pods to go")
     pods = fleet.pods()
-    assert all(n not in pods for n in free)  # evicted: the emulated kubelet removed them
     assert all(
         pods[n]["spec"]["nodeName"] and "deletionTimestamp" not in pods[n]["metadata"] for n in kept
     )
-    assert fleet.kube.requests.get(("create", "pods/eviction"), 0) == 8
+    assert fleet.requests()[("create", "pods/eviction")] - evictions == 8
 
 
 def test_watches_that_drop_or_expire_resume_without_binding_twice(fleet: KubeFleet) -> None:
+    def bindings() -> int:
+        return fleet.requests()[("create", "bindings")]
+
+    before = bindings()
     first = gang(fleet, "first", 2)
     wait_until(lambda: all_bound(fleet, first), 30, "the first gang to bind")
-    fleet.kube.drop_watches()
+    fleet.kube.restart_apiserver()  # every watch is cut
     second = gang(fleet, "second", 2)
-    wait_until(lambda: all_bound(fleet, second), 30, "a gang after the watches dropped")
-    fleet.kube.compact()
-    fleet.kube.drop_watches()
+    wait_until(lambda: all_bound(fleet, second), 60, "a gang after the watches dropped")
+    fleet.kube.compact()  # etcd forgets every version the watches could resume from
+    fleet.kube.restart_apiserver()
     third = gang(fleet, "third", 4)
-    wait_until(lambda: all_bound(fleet, third), 30, "a gang after the history was compacted")
-    posted = fleet.kube.requests.get(("create", "bindings"), 0)
+    wait_until(lambda: all_bound(fleet, third), 60, "a gang after the history was compacted")
+    posted = bindings() - before
     assert posted == 8, f"{posted} bindings for 8 pods"
     assert "listing again" in fleet.log()
 
@@ -160,15 +170,15 @@ def kubectl() -> str:
 
 
 def test_kubectl_describe_pod_shows_why_a_pod_waits(fleet: KubeFleet) -> None:
-    fleet.create(pod_json("greedy", gpus=16))
+    fleet.create(pod_json("greedy", gpus=16, namespace=fleet.namespace))
     wait_until(lambda: said(fleet, "greedy", "FailedScheduling"), 30, "an event")
     out = subprocess.run(
         [
             kubectl(),
             "--kubeconfig",
-            str(fleet.kubeconfig),
+            str(fleet.admin_kubeconfig),
             "-n",
-            "research",
+            fleet.namespace,
             "describe",
             "pod",
             "greedy",
