@@ -312,7 +312,7 @@ def test_down_keeps_a_saved_config_for_another_server(tmp_path: Path) -> None:
 def test_the_default_data_dir_is_under_the_users_data(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(up.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
     assert up.default_dir() == home / "data" / "boltforge" / "up"
     result = bolt("down")
     assert result.exit_code == 1 and str(home / "data" / "boltforge" / "up") in result.stderr
