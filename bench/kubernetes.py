@@ -16,6 +16,8 @@ go Running at once and evicted pods leave at once.
   time. Target: p50 under 100 ms, p99 under 300 ms.
 - **requests_per_gang**: the scheduler's requests to the API server per 64-pod gang, by kind
   (bindings, status patches, events, evictions, the rest), from the API server's audit log.
+- **gang_bindings_ms**: of gang_bind_ms, the API server's part: from the first of a gang's
+  64 bindings received until the last one answered (the audit log's timestamps).
 - **preempt_ms**: the rest of the fleet filled with low-priority gangs, then a high-priority
   64-pod gang: from its last pod's creation until the first eviction is seen (a victim pod
   marked for deletion, or gone), and **preempt_bind_ms** until the high gang is bound.
@@ -42,6 +44,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import Any
 
 import kubernetes.client as client
@@ -200,6 +203,8 @@ def run(
             [gang_bind(api, watch, f"g{i:02d}") for i in range(args.gangs)]
         )
         result["requests_per_gang"] = per_gang(kube.audited() - before, args.gangs)
+        spans = binding_spans(kube, [f"g{i:02d}" for i in range(args.gangs)])
+        result["gang_bindings_ms"] = pct(spans)
         fill(api, watch)
         rounds = [preempt(api, watch, f"hi{i}") for i in range(args.rounds)]
         result["preempt_ms"] = pct([r[0] for r in rounds])
@@ -223,6 +228,31 @@ def watch_default(api: client.ApiClient) -> int:
     """How many of the default scheduler's pods are bound."""
     reply = client.CoreV1Api(api).list_namespaced_pod("bench-default", _preload_content=False)
     return sum(1 for p in json.loads(reply.data)["items"] if p["spec"].get("nodeName"))
+
+
+def binding_spans(kube: RealKube, gangs: list[str]) -> list[float]:
+    """Per gang, ms from its first binding's arrival at the API server to its last one's
+    answer, from the audit log."""
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    with kube.audit_log.open() as f:
+        for line in f:
+            event = json.loads(line)
+            ref = event.get("objectRef") or {}
+            if event.get("verb") != "create" or ref.get("resource") != "bindings":
+                continue
+            gang = str(ref.get("name", "")).rsplit("-", 1)[0]
+            if gang not in gangs:
+                continue
+            received = _stamp(event["requestReceivedTimestamp"])
+            answered = _stamp(event["stageTimestamp"])
+            first[gang] = min(first.get(gang, received), received)
+            last[gang] = max(last.get(gang, answered), answered)
+    return [(last[g] - first[g]) * 1000 for g in gangs if g in first]
+
+
+def _stamp(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def per_gang(counts: Counter[tuple[str, str]], gangs: int) -> dict[str, float]:
