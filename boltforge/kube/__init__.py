@@ -10,7 +10,10 @@ holds, and reports what the kubelet did.
 - ``model``: Nodes, Pods, PodGroups, PriorityClasses and PodDisruptionBudgets, parsed.
 - ``translate``: a Node into an inventory, a gang into a job spec, priorities (pure).
 - ``gangs``: which pods are one gang, and when a gang is ready (pure).
+- ``taints``, ``fit``: which nodes a pod may run on, and so which pools its gang (pure).
+- ``budgets``: which gangs PodDisruptionBudgets protect, which evictions they refuse (pure).
+- ``words``: why a pod waits, as its condition and events say it.
 - ``informer``: list-then-watch caches; ``leader``: Lease-based leader election.
 - ``actions``: the writes (bind, evict, conditions, events); ``state``: what a pass keeps.
-- ``scheduler``: the loop; ``connect``: the API client.
+- ``scheduler``: the loop; ``shutdown``: SIGTERM; ``connect``: the API client.
 """

@@ -4,23 +4,32 @@ Informers (``informer.py``) keep Nodes, the scheduler's Pods, PodGroups, Priorit
 PodDisruptionBudgets in memory. While this replica holds the Lease (``leader.py``), each pass:
 
 1. registers every Ready node with its inventory (``translate.inventory``) over the agent
-   protocol and renews their leases in one batched heartbeat, sent beside the pass so that
-   binding never waits for it; a node that is not Ready is let go (its lease runs out and the
-   server writes its replicas off); an unschedulable or tainted node is cordoned;
-2. submits each gang whose pods are all there (``gangs.py``) as a Boltforge job, keyed so a
-   gang is never submitted twice, whichever replica submits it;
+   protocol, and again whenever that inventory changes (GPUs, GPU feature discovery's and
+   topology labels that arrive after the node is Ready), and renews their leases in one
+   batched heartbeat, sent beside the pass so that binding never waits for it; a node that
+   is not Ready is let go (its lease runs out and the server writes its replicas off); an
+   unschedulable node, or one with a taint none of the scheduler's pods tolerates, is
+   cordoned;
+2. submits each gang whose pods are all there (``gangs.py``; gated pods do not count) as a
+   Boltforge job limited to the pools whose nodes its pods may run on (``fit.py``), keyed so
+   a gang is never submitted twice, whichever replica submits it, and submitted again as its
+   next attempt when its job ended and its controller made new pods;
 3. carries out the server's intent, which it follows with one long-poll for all nodes: a
    gang bound to nodes has its pods bound there through ``pods/binding`` (all of them, or
    none until every pod exists); a replica to stop has its pod evicted through the Eviction
-   API, which honours PodDisruptionBudgets and the pod's grace;
+   API, unless its PodDisruptionBudgets refuse it now (``budgets.py``: then it waits for
+   them to change);
 4. reports what the kubelet did (beside the pass, one sending at a time): Running is
-   ``started``, Succeeded or Failed is ``exited`` with the exit code, a pod gone after its
-   eviction is ``exited`` by the checkpoint signal;
-5. writes why each waiting pod waits (``PodScheduled=False`` and a ``FailedScheduling``
-   event) and, for every pod it binds, a ``Scheduled`` event naming the placement.
+   ``started``, Succeeded or Failed is ``exited`` with the exit code, a pod its kubelet
+   refused is ``exited`` by its node (requeued), a pod gone after its eviction is
+   ``exited`` by the checkpoint signal;
+5. writes why each waiting pod waits (``words.py``: ``PodScheduled=False`` and a
+   ``FailedScheduling`` event) and, for every pod it binds, a ``Scheduled`` event naming the
+   placement.
 
-The scheduler never decides where anything runs: the server's core does, as for every other
-backend (``control/nodes/backend.py``)."""
+``stop`` (SIGTERM, ``shutdown.py``) ends the loop and releases the Lease. The scheduler never
+decides where anything runs: the server's core does, as for every other backend
+(``control/nodes/backend.py``)."""
 
 from __future__ import annotations
 
