@@ -96,9 +96,9 @@ def tolerations(labels: Labels) -> tuple[Toleration, ...]:
 def cordoned(node: KubeNode, labels: Labels, tolerated_by_pods: Iterable[Toleration] = ()) -> bool:
     """New pods may not land on ``node``: it is unschedulable, or has a NoSchedule or
     NoExecute taint that neither ``labels.tolerated`` nor any of ``tolerated_by_pods`` (the
-    tolerations of the scheduler's live pods, waiting or running) tolerates. A taint some pods tolerate does not cordon the
-    node: those pods may go there, and the others are kept off it by their gang's pools
-    (``fit.py``)."""
+    tolerations of the scheduler's live pods, waiting or running) tolerates. A taint some
+    pods tolerate does not cordon the node: those pods may go there, and the others are
+    kept off it by their gang's pools (``fit.py``)."""
     kept = blocking(node.taints, tolerations(labels))
     return node.unschedulable or bool(blocking(kept, tolerated_by_pods))
 
