@@ -52,33 +52,40 @@ def test_kwok_nodes_are_ready_with_gpus_and_labels(kube: RealKube) -> None:
     assert nodes["smoke-3"].metadata.labels["topology.boltforge.io/rack"] == "r1"
 
 
-def test_a_pod_the_default_scheduler_binds_runs_and_ends_as_told(kube: RealKube) -> None:
-    pod = {
-        "metadata": {"name": "one", "namespace": "smoke"},
-        "spec": {
-            "restartPolicy": "Never",
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "busybox",
-                    "resources": {"limits": {"nvidia.com/gpu": "8"}},
-                }
-            ],
-        },
-    }
-    kube.core.create_namespaced_pod("smoke", pod)
+def test_pods_the_default_scheduler_binds_run_and_end_as_told(kube: RealKube) -> None:
+    for name in ("ok", "bad"):
+        pod = {
+            "metadata": {"name": name, "namespace": "smoke"},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "busybox",
+                        "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                    }
+                ],
+            },
+        }
+        kube.core.create_namespaced_pod("smoke", pod)
 
-    def phase() -> str:
-        got: str = kube.core.read_namespaced_pod("one", "smoke").status.phase
+    def phase(name: str) -> str:
+        got: str = kube.core.read_namespaced_pod(name, "smoke").status.phase
         return got
 
-    wait_until(lambda: phase() == "Running", 60, "the pod to run")
-    placed = kube.core.read_namespaced_pod("one", "smoke")
-    assert placed.spec.node_name.startswith("smoke-")
-    kube.end_pod("one", "smoke", exit_code=3)
-    wait_until(lambda: phase() == "Failed", 60, "the pod to fail")
-    status = kube.core.read_namespaced_pod("one", "smoke").status
-    assert status.container_statuses[0].state.terminated.exit_code == 3
+    def running() -> bool:
+        return phase("ok") == phase("bad") == "Running"
+
+    wait_until(running, 60, "the pods to run")
+    where = {kube.core.read_namespaced_pod(n, "smoke").spec.node_name for n in ("ok", "bad")}
+    assert len(where) == 2 and all(n.startswith("smoke-") for n in where)  # 8 GPUs each
+    kube.end_pod("ok", "smoke", exit_code=0)
+    kube.end_pod("bad", "smoke", exit_code=3)
+    wait_until(lambda: phase("ok") == "Succeeded", 60, "the pod to succeed")
+    wait_until(lambda: phase("bad") == "Failed", 60, "the pod to fail")
+    for name, code in (("ok", 0), ("bad", 3)):
+        status = kube.core.read_namespaced_pod(name, "smoke").status
+        assert status.container_statuses[0].state.terminated.exit_code == code
 
 
 def test_the_scheduler_token_has_the_manifests_rights_and_no_more(
