@@ -15,5 +15,6 @@ holds, and reports what the kubelet did.
 - ``words``: why a pod waits, as its condition and events say it.
 - ``informer``: list-then-watch caches; ``leader``: Lease-based leader election.
 - ``actions``: the writes (bind, evict, conditions, events); ``state``: what a pass keeps.
+- ``nodes``: Nodes registered, let go and cordoned as they change.
 - ``scheduler``: the loop; ``shutdown``: SIGTERM; ``connect``: the API client.
 """

@@ -47,7 +47,7 @@ from typing import Any
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi, PolicyV1Api, SchedulingV1Api
 from kubernetes.client.exceptions import ApiException
 
-from boltforge.agent.client import AgentClientError, Refused, ServerClient
+from boltforge.agent.client import AgentClientError, ServerClient
 from boltforge.client import ApiFailure, Client
 from boltforge.kube import model, words
 from boltforge.kube.actions import KubeWrites
@@ -58,23 +58,18 @@ from boltforge.kube.gangs import Gang, GangIndex, GangKey, key_of
 from boltforge.kube.informer import Informer
 from boltforge.kube.leader import LeaderElector
 from boltforge.kube.model import JOB, REPLICA, KubePod
+from boltforge.kube.nodes import NodeSync
 from boltforge.kube.state import Placed, SchedulerState, adopted, replica_event
-from boltforge.kube.taints import Toleration, blocking
 from boltforge.kube.translate import (
     COMMAND,
-    NO_GPUS,
     FitsNowhere,
     Labels,
     Unplaceable,
-    changes,
-    cordoned,
-    inventory,
     job_spec,
     priority,
     shape,
-    tolerations,
 )
-from boltforge.wire.agent import AgentReport, Heartbeat, Inventory, Registration, ReplicaSpec
+from boltforge.wire.agent import AgentReport, Heartbeat, ReplicaSpec
 from boltforge.wire.jobs import TERMINAL, SubmitRequest
 
 log = logging.getLogger("boltforge.kube")
@@ -141,9 +136,7 @@ class KubeScheduler:
         self._index = GangIndex()
         self._full = True  # the next pass looks at everything, not only what changed
         self._largest = 0  # GPUs of the largest node
-        self._tols = tolerations(options.labels)  # taken as every pod's (--tolerate-taint)
-        self._tainted: set[str] = set()  # nodes with taints that keep some pods off
-        self._pod_tols: frozenset[Toleration] = frozenset()  # of the live pods
+        self.node_sync = NodeSync(agents, api, options.labels)
         self._fitter: Fitter | None = None  # for this pass (``_fit``)
         core = CoreV1Api(client)
         custom = CustomObjectsApi(client)
@@ -267,10 +260,10 @@ class KubeScheduler:
         keys = None if pods_changed is None or groups_changed is None else self._index.touched
         if nodes_changed is None or nodes_changed:
             self._largest = max((n.gpus for n in nodes.values()), default=0)
-            self._tainted = {n for n, node in nodes.items() if blocking(node.taints, self._tols)}
+            self.node_sync.taints_of(nodes)
         if pods_changed is None or pods_changed:
-            nodes_changed = self._tolerated_by_pods(all_gangs, nodes_changed)
-        await self._sync_nodes(nodes, nodes_changed)
+            nodes_changed = self.node_sync.tolerations_of(all_gangs, nodes_changed)
+        await self.node_sync.sync(self.state, nodes, nodes_changed)
         self._fitter = None
         await self._intake(all_gangs, keys, pods)
         await self._start(all_gangs)
@@ -293,109 +286,11 @@ class KubeScheduler:
 
     # nodes
 
-    async def _sync_nodes(
-        self, nodes: Mapping[str, model.KubeNode], changed: set[str] | None
-    ) -> None:
-        """Register the Ready nodes without a lease, let the rest go, and cordon or
-        uncordon: every node, or those that ``changed`` and those whose lease was dropped."""
-        state = self.state
-        names = sorted(
-            set(nodes) | set(state.leases) if changed is None else changed | state.unleased
-        )
-        state.unleased = set()
-        for name in [n for n in names if n in state.leases and not _ready(nodes.get(n))]:
-            del state.leases[name]
-            log.warning("node %s is not Ready: letting its lease run out", name)
-        due = self._to_register(nodes, names)
-        sem = asyncio.Semaphore(64)
-
-        async def register(node: model.KubeNode, inv: Inventory) -> None:
-            async with sem:
-                was = state.registered.get(node.name)
-                if node.name in state.leases and was is not None:
-                    log.info(
-                        "node %s changed (%s): registering it again", node.name, changes(was, inv)
-                    )
-                reg = Registration(
-                    inventory=inv, running=self.state.statuses(node.name), agent_version="k8s"
-                )
-                try:
-                    self.state.leases[node.name] = await self.agents.register(reg)
-                except Refused as e:
-                    state.refused_nodes[node.name] = "; ".join([e.error, *e.problems])
-                    log.warning("node %s: the server refused it: %s", node.name, e)
-                    return
-                state.registered[node.name] = inv
-                state.refused_nodes.pop(node.name, None)
-                if not inv.gpus:
-                    log.warning("node %s: %s", node.name, NO_GPUS)
-
-        await asyncio.gather(*(register(n, inv) for n, inv in due))
-        for name in names:
-            if name in nodes:
-                await self._cordon(nodes[name])
-
-    def _to_register(
-        self, nodes: Mapping[str, model.KubeNode], names: list[str]
-    ) -> list[tuple[model.KubeNode, Inventory]]:
-        """The Ready nodes of ``names`` to register: those without a lease, and those whose
-        inventory changed since it was registered (GPUs the device plugin reported after the
-        node was Ready, GPU feature discovery's or the admin's labels)."""
-        due = []
-        for name in names:
-            node = nodes.get(name)
-            if not _ready(node):
-                continue
-            assert node is not None
-            inv = inventory(node, self.options.labels)
-            if name not in self.state.leases or self.state.registered.get(name) != inv:
-                due.append((node, inv))
-        return due
-
-    def _tolerated_by_pods(
-        self, all_gangs: Mapping[GangKey, Gang], nodes_changed: set[str] | None
-    ) -> set[str] | None:
-        """Keep the tolerations of the scheduler's live pods (waiting or running) current,
-        while some node is tainted; when they changed, the tainted nodes are added to
-        ``nodes_changed`` (their cordon depends on them)."""
-        tols: frozenset[Toleration] = frozenset()
-        if self._tainted:
-            tols = frozenset(
-                t
-                for g in all_gangs.values()
-                for p in g.members.values()
-                if not p.finished and not p.deleting
-                for t in p.tolerations
-            )
-        if tols == self._pod_tols or nodes_changed is None:
-            self._pod_tols = tols
-            return nodes_changed
-        self._pod_tols = tols
-        return nodes_changed | self._tainted
-
     def _fit(self) -> Fitter:
-        """Which nodes gangs may use, this pass: the registered nodes, but those cordoned
-        for being unschedulable (a node cordoned for its taints counts: a pod that
-        tolerates them may go there, and it is uncordoned when one waits)."""
+        """Which nodes gangs may use, this pass (``NodeSync.fitter``)."""
         if self._fitter is None:
-            state, labels = self.state, self.options.labels
-            nodes = self.nodes.snapshot()
-            pool_of = {
-                n: inv.pool
-                for n, inv in state.registered.items()
-                if n in state.leases and n in nodes and not nodes[n].unschedulable
-            }
-            self._fitter = Fitter(nodes, pool_of, self._tols, labels.pool)
+            self._fitter = self.node_sync.fitter(self.state, self.nodes.snapshot())
         return self._fitter
-
-    async def _cordon(self, node: model.KubeNode) -> None:
-        blocked = cordoned(node, self.options.labels, self._pod_tols)
-        if blocked and node.name not in self.state.cordoned and node.name in self.state.leases:
-            await asyncio.to_thread(self.api.cordon, node.name)
-            self.state.cordoned.add(node.name)
-        elif not blocked and node.name in self.state.cordoned:
-            await asyncio.to_thread(self.api.uncordon, node.name)
-            self.state.cordoned.discard(node.name)
 
     def _beat(self) -> None:
         """Renew every node's lease when due, beside the pass rather than in it (a fleet's
@@ -911,10 +806,6 @@ def _assign(
             return None
         out[replica] = free[role].pop(0)
     return out
-
-
-def _ready(node: model.KubeNode | None) -> bool:
-    return node is not None and node.ready
 
 
 def _rank(replica: str) -> int:
