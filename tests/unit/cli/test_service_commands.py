@@ -552,6 +552,36 @@ def test_the_kube_scheduler_gets_its_labels_and_options(
     assert elector is not None
 
 
+def test_the_kube_scheduler_takes_the_taints_it_tolerates_for_every_pod(
+    scheduled: Scheduled, kubeconfig: Path
+) -> None:
+    args = ("--kubeconfig", kubeconfig, "--tolerate-taint", "dedicated=gpu:NoSchedule")
+    result = kube("--token", "adm", *args, "--tolerate-taint", "nvidia.com/gpu")
+    assert result.exit_code == 0, result.output
+    [(_, _, _, _, options, _)] = scheduled.made
+    assert options.labels.tolerated == ("dedicated=gpu:NoSchedule", "nvidia.com/gpu")
+
+
+def test_by_default_the_kube_scheduler_tolerates_the_gpu_taint(
+    scheduled: Scheduled, kubeconfig: Path
+) -> None:
+    assert kube("--token", "adm", "--kubeconfig", kubeconfig).exit_code == 0
+    [(_, _, _, _, options, _)] = scheduled.made
+    assert options.labels.tolerated == ("nvidia.com/gpu",)
+
+
+def test_a_tolerated_taint_that_is_not_one_exits_2_with_the_form(
+    scheduled: Scheduled, kubeconfig: Path
+) -> None:
+    refused(
+        kube("--token", "adm", "--kubeconfig", kubeconfig, "--tolerate-taint", "gpu:Never"),
+        "--tolerate-taint:",
+        "is not KEY[=VALUE]:EFFECT",
+        "To fix: e.g. dedicated=gpu:NoSchedule",
+    )
+    assert scheduled.made == []
+
+
 def test_without_leader_election_nothing_waits_on_a_lease(
     scheduled: Scheduled, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
