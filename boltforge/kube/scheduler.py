@@ -383,6 +383,7 @@ class KubeScheduler:
                 self.state.refused[key] = f"{e.message}{' (' + fixes + ')' if fixes else ''}"
                 continue
             self.state.link(key, job)
+            self.state.submitted_pods[key] = {p.uid for p in gang.waiting}
             log.info("gang %s is Boltforge job %s", key, job)
 
     async def _submit(self, key: GangKey, gang: Gang, req: SubmitRequest) -> str:
@@ -749,8 +750,9 @@ class KubeScheduler:
                 waiting = await asyncio.to_thread(self.api.jobs, LISTED, ids=mine)
                 listed = {j.id: j for j in waiting.jobs}
         ended = {j.id for j in listed.values() if j.state in TERMINAL}
-        if ended:  # their gangs have new pods: submitted again on the next pass
-            self.state.ended_gangs |= {k for k, j in job_of.items() if j in ended}
+        again = {k for k, j in job_of.items() if j in ended and self._made_again(k, all_gangs)}
+        if again:  # their controllers made new pods: submitted again on the next pass
+            self.state.ended_gangs |= again
             self._wake.set()
         told, now, asked = self.state.told, time.monotonic(), set[str]()
         for key, gang in all_gangs.items():
@@ -769,6 +771,14 @@ class KubeScheduler:
                     )
         told.forget(asked)
 
+    def _made_again(self, key: GangKey, all_gangs: Mapping[GangKey, Gang]) -> bool:
+        """Whether ``key``'s gang has a waiting pod its job was not submitted with (a pod
+        its controller made after the job ended, not one left waiting when it was
+        cancelled)."""
+        gang = all_gangs.get(key)
+        known = self.state.submitted_pods.get(key)
+        return gang is not None and (known is None or any(p.uid not in known for p in gang.waiting))
+
     def _why(self, key: GangKey, gang: Gang, listed: Mapping[str, Any]) -> tuple[str, str]:
         """What ``gang``'s waiting pods are told: (message, reason), or ("", "")."""
         state = self.state
@@ -782,6 +792,8 @@ class KubeScheduler:
         summary = listed.get(job)
         if summary is not None and summary.state == "scheduled" and state.blocked:
             return words.blocked(state.blocked)
+        if summary is not None and summary.state in TERMINAL:
+            return words.ended(job, summary.state)
         if summary is None or summary.state != "pending":
             return "", ""
         return words.pending(summary)

@@ -75,6 +75,7 @@ class SchedulerState:
     blocked: dict[str, str] = field(default_factory=dict)  # job -> why its eviction waits
     attempts: dict[GangKey, int] = field(default_factory=dict)  # the gang's current attempt
     ended_gangs: set[GangKey] = field(default_factory=set)  # their job ended; pods wait again
+    submitted_pods: dict[GangKey, set[str]] = field(default_factory=dict)  # uids, as submitted
     told: Told = field(default_factory=Told)  # what each waiting pod was told, and when
     fits_nowhere: set[GangKey] = field(default_factory=set)  # refused: no node could run it
     ended: set[str] = field(default_factory=set)  # replicas whose exit was reported

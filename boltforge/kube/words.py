@@ -62,6 +62,16 @@ def blocked(evictions: Mapping[str, str]) -> tuple[str, str]:
     )
 
 
+def ended(job: str, state: str) -> tuple[str, str]:
+    """The words of pods left waiting by a job that ended (cancelled in Boltforge): only new
+    pods run the gang again."""
+    return (
+        f"boltforge: its Boltforge job {job} is {state}; these pods are not placed again. "
+        "To fix: delete them, or recreate them (their controller does) to run the gang again",
+        REFUSED,
+    )
+
+
 def incomplete(gang: Gang) -> tuple[str, str]:
     why = gang.not_ready()
     return (f"boltforge: {why}", GANG_INCOMPLETE) if why else ("", "")

@@ -62,3 +62,17 @@ def test_a_new_leader_goes_on_from_the_last_attempt(r: Rig) -> None:
     r.passes(3, every_s=WORDS_S)
     assert keys(r) == ["pg-llm", "attempt-1", "attempt-2"]
     assert r.jobs.states[r.job_of("llm")] == "pending"
+
+
+def test_pods_left_waiting_by_a_cancelled_job_are_not_submitted_again_and_say_so(
+    r: Rig,
+) -> None:
+    r.gang("llm", 2)
+    r.passes()
+    job = r.job_of("llm")
+    r.jobs.states[job] = "cancelled"  # `bolt cancel` while the pods wait
+    r.passes(3, every_s=WORDS_S)
+    assert len(r.jobs.submitted) == 1
+    (reason, text) = next((why, t) for p, why, t in reversed(r.writes.conditions) if p == "llm-0")
+    assert reason == "SchedulerRefused"
+    assert text.startswith(f"boltforge: its Boltforge job {job} is cancelled")
