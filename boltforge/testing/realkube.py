@@ -19,7 +19,6 @@ import datetime as dt
 import ipaddress
 import json
 import os
-import re
 import shutil
 import ssl
 import subprocess
@@ -66,7 +65,6 @@ AUDIT_POLICY = {
         {"level": "None"},
     ],
 }
-_LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
 class KubeNotBuilt(RuntimeError):
@@ -315,8 +313,6 @@ class RealKube:
     etcd_url: str = ""
     procs: dict[str, Proc] = field(default_factory=dict)
     startup_s: dict[str, float] = field(default_factory=dict)
-    _applied: bool = False
-    _crds: bool = False
     _apiserver_args: list[str] = field(default_factory=list)
 
     @property
@@ -632,10 +628,18 @@ class RealKube:
         self.core.patch_namespaced_pod(name, namespace, patch)
 
     def install_crds(self) -> None:
-        """Apply ``deploy/kubernetes/podgroup-crd.yaml`` and wait until PodGroups are
-        served."""
-        if self._crds:
-            return
+        """Apply ``deploy/kubernetes/podgroup-crd.yaml`` unless PodGroups are served, and
+        wait until they are (a test may have removed the CRD)."""
+        try:
+            crd = client.ApiextensionsV1Api(self.api).read_custom_resource_definition(
+                "podgroups.scheduling.x-k8s.io"
+            )
+            conditions = crd.status.conditions or []
+            if any(c.type == "Established" and c.status == "True" for c in conditions):
+                return
+        except client.ApiException as e:
+            if e.status != 404:
+                raise
         self.apply(MANIFESTS / "podgroup-crd.yaml")
         self.kubectl(
             "wait",
@@ -643,25 +647,6 @@ class RealKube:
             "--timeout=60s",
             "crd/podgroups.scheduling.x-k8s.io",
         )
-        self._crds = True
-
-    def request_counts(self) -> Counter[tuple[str, str]]:
-        """Requests the API server has answered, by verb and resource (``pods/eviction`` for
-        a subresource), summed over clients and answer codes: its
-        ``apiserver_request_total``."""
-        with self.http() as h:
-            text = h.get("/metrics").raise_for_status().text
-        counts: Counter[tuple[str, str]] = Counter()
-        for line in text.splitlines():
-            if not line.startswith("apiserver_request_total{"):
-                continue
-            labels_text, value = line[len("apiserver_request_total{") :].rsplit("} ", 1)
-            labels = dict(_LABEL.findall(labels_text))
-            resource = labels.get("resource", "")
-            if labels.get("subresource"):
-                resource += "/" + labels["subresource"]
-            counts[(labels.get("verb", ""), resource)] += int(float(value))
-        return counts
 
     def compact(self) -> int:
         """Compact etcd's history up to now (what kube-apiserver does every five minutes),
@@ -694,11 +679,9 @@ class RealKube:
     def scheduler_kubeconfig(self, path: Path, *, seconds: int = 3600) -> Path:
         """Apply ``deploy/kubernetes/namespace.yaml`` and ``rbac.yaml``, request a token of
         the ``boltforge-scheduler`` ServiceAccount (TokenRequest API) and write a kubeconfig
-        that uses it: what the scheduler may do is what the manifests grant."""
-        if not self._applied:
-            self.apply(MANIFESTS / "namespace.yaml")
-            self.apply(MANIFESTS / "rbac.yaml")
-            self._applied = True
+        that uses it: what the scheduler may do is what the manifests grant (applied each
+        time, so what a test changed in them is undone)."""
+        self.apply(MANIFESTS / "namespace.yaml", MANIFESTS / "rbac.yaml")
         ns, name = SCHEDULER_SA
         token = self.service_account_token(ns, name, seconds=seconds)
         return write_kubeconfig(path, self.url, self.pki.ca, user={"token": token})
