@@ -119,12 +119,19 @@ def without_crd(fleet: KubeFleet) -> Iterator[KubeFleet]:
             return bool(e.status == 404)
         return False
 
+    def deleted() -> bool:
+        try:
+            ext.read_custom_resource_definition("podgroups.scheduling.x-k8s.io")
+        except client.ApiException as e:
+            return bool(e.status == 404)
+        return False
+
     wait_until(gone, WAIT_S, "PodGroups to stop being served")
     try:
         yield fleet
     finally:
-        fleet.kube._crds = False  # the harness installs them again
-        fleet.kube.install_crds()
+        wait_until(deleted, WAIT_S, "the CRD to be deleted")
+        fleet.kube.install_crds()  # for the tests that follow
 
 
 def test_without_the_crd_annotation_gangs_run_and_podgroup_pods_say_why(
