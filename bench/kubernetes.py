@@ -55,7 +55,7 @@ from boltforge.kube import model
 from boltforge.kube.informer import Informer
 from boltforge.testing.kube_builders import CLASSES, pod_group_json, pod_json
 from boltforge.testing.kube_fleet import PREEMPT_AT_ONCE, client_create
-from boltforge.testing.processes import LocalCluster, bolt, child_env, spawn, wait_until
+from boltforge.testing.processes import LocalCluster, bolt, child_env, spawn, token_file, wait_until
 from boltforge.testing.realkube import RealKube, kwok_node, real_kube
 
 NODES, RACK = 1024, 16
@@ -176,8 +176,8 @@ def run(
         "kube-scheduler",
         "--server",
         server.url,
-        "--token",
-        server.admin_token,
+        "--token-file",
+        str(token_file(data, "scheduler", server.admin_token)),
         "--kubeconfig",
         str(kubeconfig),
         "--no-leader-election",

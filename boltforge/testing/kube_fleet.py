@@ -20,7 +20,15 @@ from typing import Any
 import kubernetes.client as client
 
 from boltforge.client import Client
-from boltforge.testing.processes import LocalCluster, Proc, bolt, child_env, spawn, wait_until
+from boltforge.testing.processes import (
+    LocalCluster,
+    Proc,
+    bolt,
+    child_env,
+    spawn,
+    token_file,
+    wait_until,
+)
 from boltforge.testing.realkube import SCHEDULER_SA, RealKube, drain
 
 PREEMPT_AT_ONCE = ["--min-runtime", "0", "--churn", "1", "--cooldown", "0"]
@@ -57,7 +65,8 @@ class KubeFleet:
 
     def start_scheduler(self, name: str = "sched-a", *extra: str) -> Proc:
         cmd = [*bolt(), "kube-scheduler", "--server", self.server.url]
-        cmd += ["--token", self.server.admin_token, "--kubeconfig", str(self.kubeconfig)]
+        secret = token_file(self.data, name, self.server.admin_token)
+        cmd += ["--token-file", str(secret), "--kubeconfig", str(self.kubeconfig)]
         cmd += ["--identity", name, *FAST_LEASE, *extra]
         proc = spawn(cmd, self.data / f"{name}.log", child_env(self.data))
         self.schedulers[name] = proc
