@@ -3,7 +3,9 @@
 A pod belongs to the gang of its PodGroup (the ``scheduling.x-k8s.io/pod-group`` label, as
 the coscheduling plugin uses; the gang is ready once ``minMember`` of its pods wait), else to
 the gang its ``boltforge.io/gang`` annotation names (ready once ``boltforge.io/gang-size`` of
-them wait), else it is a gang of one. Pure functions over the informers' snapshots."""
+them wait), else to the gang of the indexed Job that made it (ready once the Job's
+``min(parallelism, completions)`` of them wait; ``owners.py``), else it is a gang of one.
+Pure functions over the informers' snapshots."""
 
 from __future__ import annotations
 
@@ -14,12 +16,13 @@ from typing import NamedTuple
 
 from boltforge.kube.budgets import protection
 from boltforge.kube.model import GANG, GANG_SIZE, Budget, KubePod, PodGroup
+from boltforge.kube.owners import IndexedJob
 from boltforge.kube.translate import name_of
 
 
 class GangKey(NamedTuple):
     namespace: str
-    kind: str  # podgroup, gang or pod
+    kind: str  # podgroup, gang, job or pod
     name: str
 
     def __str__(self) -> str:
@@ -60,6 +63,11 @@ class Gang:
 
     def not_ready(self) -> str | None:
         """Why the gang cannot be placed yet (None: it can)."""
+        if self.min_member is None and self.key.kind == "job":
+            return (
+                f"Job {self.key.name} is not known in namespace {self.key.namespace} (yet); "
+                "its pods are placed together once it is"
+            )
         if self.min_member is None:
             return (
                 f"PodGroup {self.key.name} does not exist in namespace {self.key.namespace}; "
@@ -67,7 +75,9 @@ class Gang:
             )
         have = len(self.waiting)
         if have < self.min_member:
-            what = "PodGroup" if self.key.kind == "podgroup" else f"{GANG_SIZE} of gang"
+            what = {"podgroup": "PodGroup", "job": "indexed Job"}.get(
+                self.key.kind, f"{GANG_SIZE} of gang"
+            )
             gated = self.gated
             held = ""
             if gated:
@@ -104,13 +114,19 @@ def key_of(pod: KubePod) -> GangKey:
         return GangKey(pod.namespace, "podgroup", pod.pod_group)
     if GANG in pod.annotations:
         return GangKey(pod.namespace, "gang", pod.annotations[GANG])
+    if pod.owner is not None:
+        return GangKey(pod.namespace, "job", pod.owner.name)
     return GangKey(pod.namespace, "pod", pod.name)
 
 
-def gangs(pods: Iterable[KubePod], groups: Mapping[str, PodGroup]) -> dict[GangKey, Gang]:
+def gangs(
+    pods: Iterable[KubePod],
+    groups: Mapping[str, PodGroup],
+    jobs: Mapping[str, IndexedJob] | None = None,
+) -> dict[GangKey, Gang]:
     """Every gang of ``pods`` (the scheduler's own pods), with its readiness rule."""
     index = GangIndex()
-    index.update({p.path: p for p in pods}, None, groups, None)
+    index.update({p.path: p for p in pods}, None, groups, None, jobs, None)
     return index.gangs
 
 
@@ -129,10 +145,13 @@ class GangIndex:
         changed: Iterable[str] | None,
         groups: Mapping[str, PodGroup],
         changed_groups: Iterable[str] | None,
+        jobs: Mapping[str, IndexedJob] | None = None,
+        changed_jobs: Iterable[str] | None = (),
     ) -> dict[GangKey, Gang]:
-        """Bring the gangs up to date with ``pods`` (by path) and ``groups``, given the
-        paths that changed since the last update (None: any may have); ``touched`` names
+        """Bring the gangs up to date with ``pods`` (by path), ``groups`` and ``jobs``, given
+        the paths that changed since the last update (None: any may have); ``touched`` names
         the gangs that may have changed (every one, after a full update, and those gone)."""
+        jobs = jobs or {}
         touched: set[GangKey] = set()
         if changed is None:
             touched, self.gangs, self._of = set(self.gangs), {}, {}
@@ -152,25 +171,36 @@ class GangIndex:
             touched |= set(self.gangs)
         else:
             touched |= {_group_gang(path) for path in changed_groups}
+        if changed_jobs is None:
+            touched |= {k for k in self.gangs if k.kind == "job"}
+        else:
+            touched |= {_group_gang(path, "job") for path in changed_jobs}
         self.touched = touched
         for key in touched:
             gang = self.gangs.get(key)
             if gang is not None and not gang.members:
                 del self.gangs[key]
             elif gang is not None:
-                _rule(gang, groups)
+                _rule(gang, groups, jobs)
         return self.gangs
 
 
-def _group_gang(path: str) -> GangKey:
+def _group_gang(path: str, kind: str = "podgroup") -> GangKey:
     namespace, _, name = path.partition("/")
-    return GangKey(namespace, "podgroup", name)
+    return GangKey(namespace, kind, name)
 
 
-def _rule(gang: Gang, groups: Mapping[str, PodGroup]) -> None:
-    """Set how many of ``gang``'s pods must wait: its PodGroup's ``minMember``, or the
-    largest gang size its pods annotate."""
+def _rule(gang: Gang, groups: Mapping[str, PodGroup], jobs: Mapping[str, IndexedJob]) -> None:
+    """Set how many of ``gang``'s pods must wait: its PodGroup's ``minMember``, its indexed
+    Job's size (None while the Job is not known), or the largest gang size its pods
+    annotate. A Job's gang is anchored on the Job's UID, as a PodGroup's is on its own."""
     key = gang.key
+    if key.kind == "job":
+        job = jobs.get(f"{key.namespace}/{key.name}")
+        uids = {p.owner.uid for p in gang.members.values() if p.owner is not None}
+        gang.group_uid = job.uid if job else min(uids, default="")
+        gang.min_member = job.size if job is not None and job.uid in uids | {""} else None
+        return
     if key.kind == "podgroup":
         group = groups.get(f"{key.namespace}/{key.name}")
         gang.min_member = group.min_member if group else None

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from boltforge.kube.owners import Owner, indexed_owner
 from boltforge.kube.taints import Taint as Taint
 from boltforge.kube.taints import Toleration, taint, toleration
 
@@ -117,6 +118,7 @@ class KubePod:
     gates: tuple[str, ...] = ()  # spec.schedulingGates: not to be scheduled while any
     reason: str = ""  # status.reason (a kubelet's refusal: OutOfnvidia.com/gpu, ...)
     message: str = ""  # status.message
+    owner: Owner | None = None  # the Job that made it, when an indexed one did
 
     @property
     def key(self) -> tuple[str, str]:
@@ -282,6 +284,7 @@ def pod(obj: Mapping[str, Any]) -> KubePod:
         gates=tuple(g.get("name", "") for g in spec.get("schedulingGates") or []),
         reason=status.get("reason") or "",
         message=status.get("message") or "",
+        owner=indexed_owner(meta),
     )
 
 

@@ -1,7 +1,8 @@
 """The Kubernetes scheduler: pods that name ``schedulerName: boltforge`` placed as gangs.
 
-Informers (``informer.py``) keep Nodes, the scheduler's Pods, PodGroups, PriorityClasses and
-PodDisruptionBudgets in memory. While this replica holds the Lease (``leader.py``), each pass:
+Informers (``informer.py``) keep Nodes, the scheduler's Pods, PodGroups, Jobs (``owners.py``),
+PriorityClasses and PodDisruptionBudgets in memory. While this replica holds the Lease
+(``leader.py``), each pass:
 
 1. registers every Ready node with its inventory (``translate.inventory``) over the agent
    protocol, and again whenever that inventory changes (GPUs, GPU feature discovery's and
@@ -44,7 +45,14 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi, PolicyV1Api, SchedulingV1Api
+from kubernetes.client import (
+    ApiClient,
+    BatchV1Api,
+    CoreV1Api,
+    CustomObjectsApi,
+    PolicyV1Api,
+    SchedulingV1Api,
+)
 from kubernetes.client.exceptions import ApiException
 
 from boltforge.agent.client import AgentClientError, ServerClient
@@ -59,6 +67,7 @@ from boltforge.kube.informer import Informer
 from boltforge.kube.leader import LeaderElector
 from boltforge.kube.model import JOB, REPLICA, KubePod
 from boltforge.kube.nodes import NodeSync
+from boltforge.kube.owners import job as indexed_job
 from boltforge.kube.state import Placed, SchedulerState, adopted, replica_event
 from boltforge.kube.translate import (
     COMMAND,
@@ -79,6 +88,7 @@ CRD_MISSING = (
     "boltforge.io/gang annotations are placed, pods that name a PodGroup wait. To fix: "
     "kubectl apply -f deploy/kubernetes/podgroup-crd.yaml"
 )
+JOBS_MISSING = "the batch/v1 Jobs API is not served: an indexed Job's pods wait as one gang"
 LISTED = ",".join(["pending", "scheduled", *sorted(TERMINAL)])  # the states ``_words`` asks about
 MAX_ATTEMPTS = 1000  # of one gang (``_submit``)
 BLOCKED_RETRY_S = 60.0  # a blocked eviction is asked again after this, or a budget's change
@@ -165,10 +175,18 @@ class KubeScheduler:
             model.budget,
             self.poke,
         )
+        self.jobs = Informer(
+            "jobs",
+            BatchV1Api(client).list_job_for_all_namespaces,
+            indexed_job,
+            self.poke,
+            absent=JOBS_MISSING,
+        )
         self.informers: list[Informer[Any]] = [
             self.nodes,
             self.pods,
             self.groups,
+            self.jobs,
             self.classes,
             self.budgets,
         ]
@@ -253,11 +271,15 @@ class KubeScheduler:
         nodes, nodes_changed = self.nodes.changes()
         pods, pods_changed = self.pods.changes()
         groups, groups_changed = self.groups.changes()
+        jobs, jobs_changed = self.jobs.changes()
         if self._full:
-            nodes_changed = pods_changed = groups_changed = None
+            nodes_changed = pods_changed = groups_changed = jobs_changed = None
         self._full = True  # until this pass has got through
-        all_gangs = self._index.update(pods, pods_changed, groups, groups_changed)
-        keys = None if pods_changed is None or groups_changed is None else self._index.touched
+        all_gangs = self._index.update(
+            pods, pods_changed, groups, groups_changed, jobs, jobs_changed
+        )
+        full = pods_changed is None or groups_changed is None or jobs_changed is None
+        keys = None if full else self._index.touched
         if nodes_changed is None or nodes_changed:
             self._largest = max((n.gpus for n in nodes.values()), default=0)
             self.node_sync.taints_of(nodes)

@@ -161,3 +161,46 @@ def priority_class_json(name: str, value: int) -> dict[str, Any]:
 
 
 CLASSES = [priority_class_json("high", 1_000_000), priority_class_json("low", -10)]
+
+
+def job_json(
+    name: str,
+    parallelism: int,
+    *,
+    completions: int | None = None,
+    indexed: bool = True,
+    gpus: int = 8,
+    namespace: str = "research",
+    uid: str = "",
+    backoff_limit: int = 0,
+) -> dict[str, Any]:
+    """A ``batch/v1`` Job (``completionMode: Indexed`` unless not ``indexed``) of
+    ``parallelism`` pods of ``gpus`` GPUs for the Boltforge scheduler, ``completions``
+    defaulting to ``parallelism``, as a user writes it: no PodGroup, no gang annotation."""
+    template = pod_json(name, gpus=gpus, namespace=namespace)
+    template["spec"]["restartPolicy"] = "Never"
+    spec: dict[str, Any] = {
+        "parallelism": parallelism,
+        "completions": parallelism if completions is None else completions,
+        "backoffLimit": backoff_limit,
+        "template": {"metadata": {"labels": {"app": name}}, "spec": template["spec"]},
+    }
+    if indexed:
+        spec["completionMode"] = "Indexed"
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if uid:
+        meta["uid"] = uid
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
+
+
+def job_pod_json(job: str, job_uid: str, index: int, **kw: Any) -> dict[str, Any]:
+    """``pod_json`` as an indexed Job's controller makes it: its completion index and the
+    Job as its controller owner."""
+    obj = pod_json(f"{job}-{index}", **kw)
+    meta = obj["metadata"]
+    meta["annotations"]["batch.kubernetes.io/job-completion-index"] = str(index)
+    meta["labels"]["batch.kubernetes.io/job-name"] = job
+    meta["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": job_uid, "controller": True}
+    ]
+    return obj

@@ -70,6 +70,7 @@ def cluster(r: Rig) -> dict[str, Kind]:
         "nodes": Kind(r.sched.nodes, [node_json("n1"), node_json("n2")]),
         "pods": Kind(r.sched.pods, [bound, raw_pod("solo")]),
         "podgroups": Kind(r.sched.groups, [pod_group_json("g", 1)]),
+        "jobs": Kind(r.sched.jobs, []),
         "priorityclasses": Kind(r.sched.classes, [priority_class_json("high", 1_000_000)]),
         "poddisruptionbudgets": Kind(r.sched.budgets, []),
     }
@@ -133,7 +134,7 @@ def test_it_watches_only_its_own_pods_and_the_nodes_it_is_given(
     run_until(r, submitting(r))
     assert kinds["pods"].calls[0]["field_selector"] == "spec.schedulerName=gangs"
     assert kinds["nodes"].calls[0]["label_selector"] == "pool=gpu"
-    for name in ("podgroups", "priorityclasses", "poddisruptionbudgets"):
+    for name in ("podgroups", "jobs", "priorityclasses", "poddisruptionbudgets"):
         assert "label_selector" not in kinds[name].calls[0]
         assert "field_selector" not in kinds[name].calls[0]
 
@@ -154,4 +155,4 @@ def test_cancelled_it_stops_its_informers(monkeypatch: pytest.MonkeyPatch) -> No
     run_until(r, submitting(r))
     for thread in threads:
         thread.join(WAIT_S)
-    assert len(threads) == 5 and not any(t.is_alive() for t in threads)
+    assert len(threads) == 6 and not any(t.is_alive() for t in threads)
