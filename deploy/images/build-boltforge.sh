@@ -44,7 +44,8 @@ if [[ ! -s "$TAR" ]]; then
     tar -C "$work/root" -cf "$TAR.part" . && mv "$TAR.part" "$TAR"
     rm -rf "$work"
 fi
-"$ENGINE" import --quiet "$TAR" localhost/boltforge-runtime-base:latest >/dev/null
+quiet=(); [[ "$ENGINE" == podman ]] && quiet=(--quiet)  # docker import has no --quiet
+"$ENGINE" import "${quiet[@]}" "$TAR" localhost/boltforge-runtime-base:latest >/dev/null
 
 # 2. the dependencies (boltforge-requirements.txt pins every one; it must agree with the pins
 #    of pyproject.toml), for the root's CPython 3.11 on glibc 2.36
