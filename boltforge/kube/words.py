@@ -48,8 +48,11 @@ def pending(summary: Any) -> tuple[str, str]:
 
 
 def refused(text: str, fits_nowhere: bool) -> tuple[str, str]:
-    """The words of a gang Boltforge refused: ``Unschedulable`` when no node could run it."""
-    return f"boltforge: refused: {text}", UNSCHEDULABLE if fits_nowhere else REFUSED
+    """The words of a gang Boltforge refused: ``Unschedulable`` when no node could run it,
+    or when the server says the fleet never could (a gang larger than the fleet: more nodes
+    would help, which is what autoscalers act on)."""
+    never = fits_nowhere or any(w in text for w in _NEVER)
+    return f"boltforge: refused: {text}", UNSCHEDULABLE if never else REFUSED
 
 
 def blocked(evictions: Mapping[str, str]) -> tuple[str, str]:

@@ -78,6 +78,13 @@ def test_a_gang_the_server_refuses_is_refused_not_unschedulable(r: Rig) -> None:
     ]
 
 
+def test_a_gang_the_server_says_the_fleet_could_never_run_is_unschedulable(r: Rig) -> None:
+    r.jobs.refuse = ApiFailure(422, "can never run on this fleet: it needs 24 GPUs, 16 exist")
+    r.gang("llm", 1)
+    r.passes()
+    assert [why for why, _ in said(r)] == ["Unschedulable"]
+
+
 def test_the_place_in_line_and_moving_counts_do_not_rewrite_the_condition(r: Rig) -> None:
     r.gang("llm", 1)
     for position, free in ((5, 3), (4, 5), (2, 6)):
