@@ -147,6 +147,7 @@ def test_the_service_account_may_do_what_the_scheduler_does_and_no_more(
         ("create", "events", "-n", "default"),
         ("watch", "podgroups.scheduling.x-k8s.io", "-A"),
         ("list", "priorityclasses"),
+        ("watch", "jobs.batch", "-A"),
         ("list", "poddisruptionbudgets", "-A"),
         ("update", "leases", "-n", NS),
     ):
@@ -155,6 +156,7 @@ def test_the_service_account_may_do_what_the_scheduler_does_and_no_more(
         ("create", "pods", "-n", "default"),
         ("delete", "pods", "-n", "default"),
         ("patch", "nodes"),
+        ("delete", "jobs.batch", "-n", "default"),
         ("get", "secrets", "-n", NS),
         ("update", "leases", "-n", "default"),
     ):
