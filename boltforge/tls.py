@@ -92,10 +92,10 @@ def make_certificates(directory: Path, hosts: Sequence[str] = LOCAL_HOSTS) -> Ce
     call. Keys are readable by their owner only (0600); ``directory`` is made (0700) when
     missing."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    ca_cert, ca_key = _load_ca(directory) or _new_ca(directory)
+    ca_cert, ca_key = _load_ca(directory) or new_ca(directory)
     cert, key = _issue(ca_cert, ca_key, hosts)
     paths = Certificates(directory / CA_CERT, directory / SERVER_CERT, directory / SERVER_KEY)
-    _write(paths.key, _key_pem(key), 0o600)
+    _write(paths.key, key_pem(key), 0o600)
     _write(paths.cert, cert.public_bytes(serialization.Encoding.PEM), 0o644)
     return paths
 
@@ -112,10 +112,13 @@ def _load_ca(directory: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivate
     return (cert, key) if fresh and isinstance(key, ec.EllipticCurvePrivateKey) else None
 
 
-def _new_ca(directory: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    """A new self-signed CA, written to ca.pem and ca.key (0600) in ``directory``."""
+def new_ca(
+    directory: Path, common_name: str = "Boltforge local CA"
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A new self-signed CA named ``common_name``, written to ca.pem and ca.key (0600) in
+    ``directory``."""
     key = ec.generate_private_key(ec.SECP256R1())
-    name = _name("Boltforge local CA")
+    name = _name(common_name)
     cert = (
         _builder(name, name, key.public_key(), CA_DAYS)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
@@ -123,7 +126,7 @@ def _new_ca(directory: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateK
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
         .sign(key, hashes.SHA256())
     )
-    _write(directory / CA_KEY, _key_pem(key), 0o600)
+    _write(directory / CA_KEY, key_pem(key), 0o600)
     _write(directory / CA_CERT, cert.public_bytes(serialization.Encoding.PEM), 0o644)
     return cert, key
 
@@ -132,20 +135,33 @@ def _issue(
     ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, hosts: Sequence[str]
 ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     """A new key and a server certificate for ``hosts``, signed by the CA."""
+    return issue(ca, ca_key, _name(hosts[0]), ExtendedKeyUsageOID.SERVER_AUTH, hosts)
+
+
+def issue(
+    ca: x509.Certificate,
+    ca_key: ec.EllipticCurvePrivateKey,
+    subject: x509.Name,
+    usage: x509.ObjectIdentifier,
+    hosts: Sequence[str] = (),
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A new key and a certificate for ``subject`` signed by the CA, for one extended
+    ``usage`` (server or client authentication), naming ``hosts`` (IP addresses or DNS names)
+    as its subject alternative names when there are any."""
     key = ec.generate_private_key(ec.SECP256R1())
     ca_id = ca.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
-    names = x509.SubjectAlternativeName([_general_name(h) for h in hosts])
-    cert = (
-        _builder(_name(hosts[0]), ca.subject, key.public_key(), SERVER_DAYS)
+    builder = (
+        _builder(subject, ca.subject, key.public_key(), SERVER_DAYS)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_usage("digital_signature"), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)
-        .add_extension(names, False)
+        .add_extension(x509.ExtendedKeyUsage([usage]), False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_id), False)
-        .sign(ca_key, hashes.SHA256())
     )
-    return cert, key
+    if hosts:
+        names = x509.SubjectAlternativeName([_general_name(h) for h in hosts])
+        builder = builder.add_extension(names, False)
+    return builder.sign(ca_key, hashes.SHA256()), key
 
 
 def _builder(
@@ -185,7 +201,7 @@ def _general_name(host: str) -> x509.GeneralName:
         return x509.DNSName(host)
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+def key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,

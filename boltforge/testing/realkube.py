@@ -15,8 +15,6 @@ are deleted, and ends them when a test annotates them (``testenv/kube/kwok-stage
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
-import ipaddress
 import json
 import os
 import shutil
@@ -36,10 +34,11 @@ import httpx
 import kubernetes.client as client
 import yaml
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from boltforge import tls
 from boltforge.kube.connect import api_client
 from boltforge.testing.postgres import free_port
 from boltforge.testing.processes import Proc, spawn, wait_until
@@ -54,6 +53,9 @@ KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 EXIT_ANNOTATION = "kwok.boltforge.io/exit"
 SCHEDULER_SA = ("boltforge-system", "boltforge-scheduler")
 SCHEDULER_USER = "system:serviceaccount:boltforge-system:boltforge-scheduler"
+SERVER_AUTH, CLIENT_AUTH = ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH
+# The API server's names: loopback, and the in-cluster service's address and name.
+SERVING_HOSTS = ("127.0.0.1", "10.96.0.1", "localhost", "kubernetes.default.svc")
 # The API server's audit log records every request of the scheduler's ServiceAccount, once
 # each (when its answer is complete), and nothing of anyone else's.
 AUDIT_POLICY = {
@@ -105,18 +107,6 @@ def kubectl_path() -> str:
 # --- certificates -------------------------------------------------------------------------
 
 
-def _key() -> ec.EllipticCurvePrivateKey:
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.TraditionalOpenSSL,
-        serialization.NoEncryption(),
-    )
-
-
 def _name(cn: str, org: str | None = None) -> x509.Name:
     attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
     if org:
@@ -132,7 +122,7 @@ class Pki:
 
     @property
     def ca(self) -> Path:
-        return self.root / "ca.crt"
+        return self.root / tls.CA_CERT
 
     @property
     def serving(self) -> tuple[Path, Path]:
@@ -149,76 +139,23 @@ class Pki:
 
     @classmethod
     def make(cls, root: Path) -> Pki:
+        """A CA (``tls.new_ca``), the API server's serving certificate, a client certificate
+        of ``system:masters`` for the admin, and the service-account signing key, written
+        under ``root`` (keys 0600)."""
         root.mkdir(parents=True, exist_ok=True)
         pki = cls(root)
-        now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
-        until = now + dt.timedelta(days=2)
-        ca_key = _key()
-        ca_name = _name("boltforge-test-ca")
-        ca = (
-            x509.CertificateBuilder()
-            .subject_name(ca_name)
-            .issuer_name(ca_name)
-            .public_key(ca_key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now)
-            .not_valid_after(until)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .sign(ca_key, hashes.SHA256())
+        ca, ca_key = tls.new_ca(root, "boltforge-test-ca")
+        leaves = (
+            (pki.serving, _name("kube-apiserver"), SERVER_AUTH, SERVING_HOSTS),
+            (pki.admin, _name("boltforge-admin", "system:masters"), CLIENT_AUTH, ()),
         )
-        pki.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-
-        def leaf(subject: x509.Name, usage: x509.ObjectIdentifier, sans: list[Any]) -> bytes:
-            key = _key()
-            builder = (
-                x509.CertificateBuilder()
-                .subject_name(subject)
-                .issuer_name(ca_name)
-                .public_key(key.public_key())
-                .serial_number(x509.random_serial_number())
-                .not_valid_before(now)
-                .not_valid_after(until)
-                .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-            )
-            if sans:
-                builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-            cert = builder.sign(ca_key, hashes.SHA256())
-            return cert.public_bytes(serialization.Encoding.PEM) + _pem_key(key)
-
-        serving = leaf(
-            _name("kube-apiserver"),
-            x509.oid.ExtendedKeyUsageOID.SERVER_AUTH,
-            [
-                x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                x509.IPAddress(ipaddress.ip_address("10.96.0.1")),
-                x509.DNSName("localhost"),
-                x509.DNSName("kubernetes.default.svc"),
-            ],
-        )
-        admin = leaf(
-            _name("boltforge-admin", "system:masters"), x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH, []
-        )
-        for (crt, key), pem in ((pki.serving, serving), (pki.admin, admin)):
-            cert_pem, key_pem = pem.split(b"-----BEGIN EC PRIVATE KEY-----")
-            crt.write_bytes(cert_pem)
-            key.write_bytes(b"-----BEGIN EC PRIVATE KEY-----" + key_pem)
-            key.chmod(0o600)
-        sa_key = _key()
-        pki.sa[0].write_bytes(_pem_key(sa_key))
+        for (crt, key_path), subject, usage, hosts in leaves:
+            cert, key = tls.issue(ca, ca_key, subject, usage, hosts)
+            crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+            key_path.write_bytes(tls.key_pem(key))
+            key_path.chmod(0o600)
+        sa_key = ec.generate_private_key(ec.SECP256R1())
+        pki.sa[0].write_bytes(tls.key_pem(sa_key))
         pki.sa[0].chmod(0o600)
         pki.sa[1].write_bytes(
             sa_key.public_key().public_bytes(
