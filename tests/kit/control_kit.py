@@ -7,10 +7,12 @@ by the test, so every step of a scenario is explicit and instant.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -172,6 +174,8 @@ class Fleet:
         self.app = create_app(self.config, self.clock)
         self.http = TestClient(self.app)
         self.nodes = {f"host-{i}": Node(self, f"host-{i}", f"r{i // 2}") for i in range(hosts)}
+        self._gate = threading.Event()
+        self._gate.set()
 
     def __enter__(self) -> Fleet:
         self.http.__enter__()
@@ -179,6 +183,29 @@ class Fleet:
             node.register()
         self.settle()
         return self
+
+    def _gated(self, pass_once: Callable[..., Any]) -> Callable[..., Any]:
+        """``pass_once`` that first waits while ``loop_held`` holds passes back (30 s at
+        most, so a mistake shows as a slow test rather than a hang)."""
+
+        def gated(*args: Any, **kwargs: Any) -> Any:
+            self._gate.wait(30.0)
+            return pass_once(*args, **kwargs)
+
+        return gated
+
+    @contextlib.contextmanager
+    def loop_held(self) -> Iterator[None]:
+        """No pass starts inside the block: reports sent one node at a time (a gang's exits)
+        reach the server before any pass reads them, as one agent batch would."""
+        scheduler = self.rt.scheduler
+        if "pass_once" not in vars(scheduler):  # the server's loop passes through the gate
+            scheduler.pass_once = self._gated(scheduler.pass_once)  # type: ignore[method-assign]
+        self._gate.clear()
+        try:
+            yield
+        finally:
+            self._gate.set()
 
     def __exit__(self, *exc: object) -> None:
         self.http.__exit__(*exc)
@@ -232,19 +259,21 @@ class Fleet:
     def stop_everything(self, checkpoint_s: float = 2.0) -> list[str]:
         """Every replica told to stop checkpoints and exits; returns their ids."""
         stopped = []
-        for node in self.nodes.values():
-            for rep in node.to_stop():
-                node.exit(rep, 0, checkpoint_s)
-                stopped.append(rep.replica)
+        with self.loop_held():
+            for node in self.nodes.values():
+                for rep in node.to_stop():
+                    node.exit(rep, 0, checkpoint_s)
+                    stopped.append(rep.replica)
         self.settle()
         return stopped
 
     def finish(self, job_id: str, code: int = 0) -> None:
-        """Every running replica of ``job_id`` exits with ``code``."""
-        for node in self.nodes.values():
-            for rep in node.to_run():
-                if rep.job == job_id:
-                    node.exit(rep, code)
+        """Every running replica of ``job_id`` exits with ``code``, all before the next pass."""
+        with self.loop_held():
+            for node in self.nodes.values():
+                for rep in node.to_run():
+                    if rep.job == job_id:
+                        node.exit(rep, code)
         self.settle()
 
     def replicas(self) -> list[ReplicaRow]:
