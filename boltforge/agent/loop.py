@@ -39,12 +39,12 @@ from boltforge.agent.client import (
     SessionLost,
 )
 from boltforge.agent.containers import Engine
-from boltforge.agent.converge import plan
 from boltforge.agent.identity import Identities
 from boltforge.agent.lease import LeaseClock, Session
 from boltforge.agent.outbox import Batch, Outbox
 from boltforge.agent.preflight import NodeHooks, Preflight
 from boltforge.agent.runtime import AgentRuntime
+from boltforge.node.converge import plan
 from boltforge.wire.agent import (
     GpuActivity,
     Heartbeat,

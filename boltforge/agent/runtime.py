@@ -69,6 +69,7 @@ from boltforge.agent.processes import (
 )
 from boltforge.agent.replica import Replica
 from boltforge.agent.sharing import gpus_used, mig_device
+from boltforge.node.converge import never_started
 from boltforge.wire.agent import ReplicaSpec, ReplicaStatus
 
 log = logging.getLogger("boltforge.agent")
@@ -219,10 +220,9 @@ class AgentRuntime:
         """Report ``spec`` as exited without running it: it was told to stop before it
         started here (that epoch is then finished)."""
         self.finished.add((spec.replica, spec.epoch))
-        replica = Replica(spec, replica_paths(self.work_dir, spec))
-        detail = "stopped before it started"
-        log.info("replica %s (epoch %d) %s", spec.replica, spec.epoch, detail)
-        self.outbox.add_event(replica.event("exited", time.time(), detail=detail))
+        event = never_started(spec.replica, spec.job, spec.epoch)
+        log.info("replica %s (epoch %d) %s", spec.replica, spec.epoch, event.detail)
+        self.outbox.add_event(event)
 
     def stop(self, name: str, grace_s: float | None = None, by_node: bool = False) -> None:
         """Send the checkpoint signal (SIGTERM) to the replica's process group, then SIGKILL

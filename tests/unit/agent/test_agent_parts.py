@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from boltforge.agent.converge import plan
 from boltforge.agent.inventory import detect, gpu_model, load_declared
 from boltforge.agent.outbox import Outbox
 from boltforge.agent.tails import LogTail, ProgressTail
+from boltforge.node.converge import plan
 from boltforge.spec.errors import SpecError
 from boltforge.wire.agent import LogChunk, ReplicaEvent, ReplicaSpec
 

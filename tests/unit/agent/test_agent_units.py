@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from boltforge.agent import outbox as outbox_module
 from boltforge.agent.cleanup import Cleanup, group_members, held_shm, remove_shm
-from boltforge.agent.converge import plan
 from boltforge.agent.hooks import BadHook, check_paths, expand
 from boltforge.agent.inventory import gpu_model, load_declared
 from boltforge.agent.lease import LeaseClock, Session
@@ -22,6 +21,7 @@ from boltforge.agent.outbox import Outbox
 from boltforge.agent.processes import ReplicaPaths
 from boltforge.agent.replica import Replica
 from boltforge.agent.tails import FileTail, LogTail, ProgressTail
+from boltforge.node.converge import plan
 from boltforge.spec.errors import SpecError
 from boltforge.wire.agent import Lease, LogChunk, Progress, ReplicaEvent, ReplicaSpec
 

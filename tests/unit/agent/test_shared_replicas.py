@@ -12,11 +12,11 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from boltforge.agent.containers import container_env
-from boltforge.agent.converge import plan
 from boltforge.agent.outbox import Outbox
 from boltforge.agent.processes import replica_env, replica_paths
 from boltforge.agent.runtime import AgentRuntime
 from boltforge.agent.sharing import gpus_used
+from boltforge.node.converge import plan
 from boltforge.wire.agent import GpuShare, ReplicaSpec
 
 PRINTS_ENV = "import json, os, sys; print(json.dumps({k: os.environ.get(k) for k in sys.argv[1:]}))"

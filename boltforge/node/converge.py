@@ -1,18 +1,24 @@
-"""Which replicas to start and stop so the node matches its desired state (pure, no I/O)."""
+"""The node-side rules every backend follows (pure, no I/O): which replicas to start and
+stop so a node matches its desired state (``plan``), and what a node reports for a replica
+told to stop before it ever started there (``never_started``)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
 
-from boltforge.wire.agent import ReplicaSpec
+from boltforge.wire.agent import ReplicaEvent, ReplicaSpec
+
+NEVER_STARTED = "stopped before it started"
 
 
 @dataclass(frozen=True, slots=True)
 class ConvergePlan:
     """``start``: specs to launch. ``stop``: replica names to stop, each with the grace the
     desired state gives it (None: the grace of the spec it was started with). ``skip``:
-    replicas told to stop before this node ever ran them (reported as ended, never run)."""
+    replicas told to stop before this node ever ran them (each reported once, with
+    ``never_started``, and never run)."""
 
     start: list[ReplicaSpec] = field(default_factory=list)
     stop: dict[str, float | None] = field(default_factory=dict)
@@ -62,3 +68,15 @@ def plan(
         if name not in named:
             out.stop[name] = None
     return out
+
+
+def never_started(replica: str, job: str, epoch: int, at: float | None = None) -> ReplicaEvent:
+    """The report of ``replica`` (of ``job``'s ``epoch``) told to stop before its node ever
+    started it: ``exited`` with no exit code and no signal (nothing ran), ``detail``
+    ``NEVER_STARTED``. Its node sends it once per (replica, epoch) and never starts that
+    epoch afterwards; the server then counts the replica as stopped, its GPUs free.
+    ``at``: when (default: now)."""
+    when = time.time() if at is None else at
+    return ReplicaEvent(
+        replica=replica, job=job, epoch=epoch, kind="exited", at=when, detail=NEVER_STARTED
+    )
