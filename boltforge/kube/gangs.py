@@ -3,8 +3,10 @@
 A pod belongs to the gang of its PodGroup (the ``scheduling.x-k8s.io/pod-group`` label, as
 the coscheduling plugin uses; the gang is ready once ``minMember`` of its pods wait), else to
 the gang its ``boltforge.io/gang`` annotation names (ready once ``boltforge.io/gang-size`` of
-them wait), else to the gang of the indexed Job that made it (ready once the Job's
-``min(parallelism, completions)`` of them wait; ``owners.py``), else it is a gang of one.
+them wait), else to the gang of the JobSet whose indexed Job made it (ready once the sum
+over its replicatedJobs of replicas × a Job's size wait), else to the gang of the indexed Job
+that made it (ready once the Job's ``min(parallelism, completions)`` of them wait;
+``owners.py``), else it is a gang of one.
 Pure functions over the informers' snapshots."""
 
 from __future__ import annotations
@@ -16,13 +18,13 @@ from typing import NamedTuple
 
 from boltforge.kube.budgets import protection
 from boltforge.kube.model import GANG, GANG_SIZE, Budget, KubePod, PodGroup
-from boltforge.kube.owners import IndexedJob
+from boltforge.kube.owners import IndexedJob, jobset_size
 from boltforge.kube.translate import name_of
 
 
 class GangKey(NamedTuple):
     namespace: str
-    kind: str  # podgroup, gang, job or pod
+    kind: str  # podgroup, gang, jobset, job or pod
     name: str
 
     def __str__(self) -> str:
@@ -68,6 +70,12 @@ class Gang:
                 f"Job {self.key.name} is not known in namespace {self.key.namespace} (yet); "
                 "its pods are placed together once it is"
             )
+        if self.min_member is None and self.key.kind == "jobset":
+            return (
+                f"not every replicatedJob of JobSet {self.key.name} has a Job known in "
+                f"namespace {self.key.namespace} (yet); its pods are placed together once "
+                "they do"
+            )
         if self.min_member is None:
             return (
                 f"PodGroup {self.key.name} does not exist in namespace {self.key.namespace}; "
@@ -75,7 +83,7 @@ class Gang:
             )
         have = len(self.waiting)
         if have < self.min_member:
-            what = {"podgroup": "PodGroup", "job": "indexed Job"}.get(
+            what = {"podgroup": "PodGroup", "job": "indexed Job", "jobset": "JobSet"}.get(
                 self.key.kind, f"{GANG_SIZE} of gang"
             )
             gated = self.gated
@@ -114,6 +122,8 @@ def key_of(pod: KubePod) -> GangKey:
         return GangKey(pod.namespace, "podgroup", pod.pod_group)
     if GANG in pod.annotations:
         return GangKey(pod.namespace, "gang", pod.annotations[GANG])
+    if pod.owner is not None and pod.owner.jobset is not None:
+        return GangKey(pod.namespace, "jobset", pod.owner.jobset.name)
     if pod.owner is not None:
         return GangKey(pod.namespace, "job", pod.owner.name)
     return GangKey(pod.namespace, "pod", pod.name)
@@ -172,9 +182,13 @@ class GangIndex:
         else:
             touched |= {_group_gang(path) for path in changed_groups}
         if changed_jobs is None:
-            touched |= {k for k in self.gangs if k.kind == "job"}
+            touched |= {k for k in self.gangs if k.kind in ("job", "jobset")}
         else:
-            touched |= {_group_gang(path, "job") for path in changed_jobs}
+            for path in changed_jobs:
+                touched.add(_group_gang(path, "job"))
+                ref = jobs[path].jobset if path in jobs else None
+                if ref is not None:
+                    touched.add(GangKey(jobs[path].namespace, "jobset", ref.name))
         self.touched = touched
         for key in touched:
             gang = self.gangs.get(key)
@@ -192,9 +206,14 @@ def _group_gang(path: str, kind: str = "podgroup") -> GangKey:
 
 def _rule(gang: Gang, groups: Mapping[str, PodGroup], jobs: Mapping[str, IndexedJob]) -> None:
     """Set how many of ``gang``'s pods must wait: its PodGroup's ``minMember``, its indexed
-    Job's size (None while the Job is not known), or the largest gang size its pods
-    annotate. A Job's gang is anchored on the Job's UID, as a PodGroup's is on its own."""
+    Job's size (None while the Job is not known), its JobSet's size (``owners.jobset_size``),
+    or the largest gang size its pods annotate. A Job's gang is anchored on the Job's UID, as
+    a PodGroup's is on its own; a JobSet's on the JobSet's UID and its newest restart attempt
+    among the pods still to run."""
     key = gang.key
+    if key.kind == "jobset":
+        _jobset_rule(gang, jobs)
+        return
     if key.kind == "job":
         job = jobs.get(f"{key.namespace}/{key.name}")
         uids = {p.owner.uid for p in gang.members.values() if p.owner is not None}
@@ -207,6 +226,19 @@ def _rule(gang: Gang, groups: Mapping[str, PodGroup], jobs: Mapping[str, Indexed
         gang.group_uid = group.uid if group else ""
     elif key.kind == "gang":
         gang.min_member = max(_size(p.annotations.get(GANG_SIZE)) for p in gang.members.values())
+
+
+def _jobset_rule(gang: Gang, jobs: Mapping[str, IndexedJob]) -> None:
+    refs = [p.owner.jobset for p in gang.members.values() if p.owner and p.owner.jobset]
+    live = [
+        p.owner.jobset
+        for p in gang.members.values()
+        if p.owner and p.owner.jobset and not p.deleting and not p.finished
+    ]
+    newest = max(live or refs, key=lambda r: r.attempt)
+    gang.group_uid = newest.uid + (f"/restart-{newest.attempt}" if newest.attempt else "")
+    mine = (j for j in jobs.values() if j.namespace == gang.key.namespace)
+    gang.min_member = jobset_size(mine, newest.uid, newest.attempt)
 
 
 def _size(text: str | None) -> int:
