@@ -78,11 +78,12 @@ from boltforge.kube.translate import (
     priority,
     shape,
 )
-from boltforge.wire.agent import AgentReport, Heartbeat, ReplicaSpec
+from boltforge.node.converge import never_started
+from boltforge.node.follower import DesiredFollower, Heartbeats
+from boltforge.wire.agent import DesiredChanges, ReplicaSpec
 from boltforge.wire.jobs import TERMINAL, SubmitRequest
 
 log = logging.getLogger("boltforge.kube")
-FULL_BEAT_S = 30.0  # how often heartbeats list what every node runs, changed or not
 CRD_MISSING = (
     "the PodGroup CRD (podgroups.scheduling.x-k8s.io, v1alpha1) is not installed: gangs of "
     "boltforge.io/gang annotations are placed, pods that name a PodGroup wait. To fix: "
@@ -139,7 +140,8 @@ class KubeScheduler:
         self._words_pool = ThreadPoolExecutor(4, thread_name_prefix="kube-words")
         self._beside: dict[str, asyncio.Future[None]] = {}  # "beat", "report", "words"
         self._unplaced_at = -1  # ``state.unplaced`` when ``_unstarted`` was last rebuilt
-        self._silent: dict[str, Heartbeat] = {}  # by node: its heartbeat that lists nothing
+        self.desired = DesiredFollower(agents, options.wait_s)
+        self.heartbeats = Heartbeats(agents)
         self._unstarted: Wanted = {}
         self._pruned_at = -1
         self._next_words = 0.0
@@ -254,6 +256,7 @@ class KubeScheduler:
         self._unplaced_at = -1
         self._pruned_at = -1
         self._full = True
+        self.heartbeats.reset()
 
     def _take_over(self) -> None:
         """Start leading: forget the last leader's sessions, adopt the bound pods."""
@@ -317,55 +320,36 @@ class KubeScheduler:
     def _beat(self) -> None:
         """Renew every node's lease when due, beside the pass rather than in it (a fleet's
         heartbeats take the server a while, and binding must not wait for them)."""
-        leases, now = self.state.leases, time.monotonic()
-        if not leases or self._busy("beat") or now < self.state.beat_due:
+        if self._busy("beat") or not self.heartbeats.due(self.state.leases, time.monotonic()):
             return
-        every = min(lease.heartbeat_s for lease in leases.values())
-        self.state.beat_due = now + every
-        self._beside["beat"] = asyncio.ensure_future(self._heartbeats(every))
+        self._beside["beat"] = asyncio.ensure_future(self._heartbeats())
 
-    async def _heartbeats(self, every: float) -> None:
+    async def _heartbeats(self) -> None:
         try:
-            await self._renew(every)
+            await self._renew()
         except (AgentClientError, ApiException, OSError) as e:
             log.warning("heartbeats failed, retrying when next due: %s", e)
 
-    async def _renew(self, every: float) -> None:
-        """Every node's heartbeat in one call. Each lists what its node runs when that
-        changed since the last one was sent, and every ``FULL_BEAT_S`` for every node; the
-        rest list nothing, which renews the lease and leaves the store's view as it is."""
-        state, now = self.state, time.monotonic()
-        full, sent = now >= state.full_beat_due, state.moved
-        state.moved = set()
-        leases = state.leases
-        beats = {
-            n: self._heartbeat(n, lease.session, full or n in sent) for n, lease in leases.items()
-        }
+    async def _renew(self) -> None:
+        """Every node's heartbeat in one call (``node.follower.Heartbeats``), each listing
+        what its node runs when that changed since the last one was sent; a lost node
+        registers again on the next pass, and a replica a lease says to stop is evicted."""
+        state = self.state
+        sent, state.moved = state.moved, set()
         try:
-            reply = await self.agents.heartbeats(beats, every * 2 + 5)
+            reply = await self.heartbeats.renew(
+                state.leases, state.statuses, sent, time.monotonic()
+            )
         except BaseException:
             state.moved |= sent
             raise
-        if full:
-            state.full_beat_due = now + FULL_BEAT_S
-        leases.update(reply.leases)
         for name in reply.lost:
-            self.state.drop_lease(name)  # registered again on the next pass
+            state.drop_lease(name)  # registered again on the next pass
         for lease in reply.leases.values():
             for replica in lease.stop:
-                placed = self.state.placed.get(replica)
+                placed = state.placed.get(replica)
                 if placed is not None and placed.evicted_at is None:
                     await self._evict(placed, None)
-
-    def _heartbeat(self, node: str, session: str, listing: bool) -> Heartbeat:
-        """``node``'s heartbeat: listing what it runs, or nothing (kept from the last time:
-        most of a fleet's heartbeats are these, the same every time)."""
-        if listing:
-            return Heartbeat(session=session, running=self.state.statuses(node))
-        beat = self._silent.get(node)
-        if beat is None or beat.session != session:
-            beat = self._silent[node] = Heartbeat(session=session)
-        return beat
 
     # gangs in
 
@@ -520,7 +504,7 @@ class KubeScheduler:
         self.state.foreign.add(job)
         for replica, (node, spec) in todo.items():
             event = replica_event(replica, job, spec.epoch, "failed", detail=NOT_FROM_KUBE)
-            self.state.outbox[node].append(event)
+            self.state.outbox.add(node, event)
 
     async def _stop(self) -> None:
         """Evict the pods of the replicas to stop; one never bound is reported stopped at
@@ -536,8 +520,7 @@ class KubeScheduler:
                 if placed is None:
                     if replica not in state.ended:  # never bound: stopped as it is
                         state.ended.add(replica)
-                        event = replica_event(replica, spec.job, spec.epoch, "exited", signal=15)
-                        state.outbox[node].append(event)
+                        state.outbox.add(node, never_started(replica, spec.job, spec.epoch))
                 elif placed.evicted_at is None and time.monotonic() >= placed.retry_at:
                     due.append((placed, spec))
             if not due:
@@ -650,12 +633,12 @@ class KubeScheduler:
             self._queue(placed, "exited", signal=9, by_node=True)
 
     def _queue(self, placed: Placed, kind: str, **extra: object) -> None:
-        self.state.outbox[placed.node].append(placed.event(kind, **extra))
+        self.state.outbox.add(placed.node, placed.event(kind, **extra))
 
     def _report(self) -> None:
         """Send the server what the kubelets did, beside the pass (binding must not wait for
         it); events queued meanwhile go with the next sending."""
-        if not self._busy("report") and any(self.state.outbox.values()):
+        if not self._busy("report") and self.state.outbox:
             self._beside["report"] = asyncio.ensure_future(self._reports(self.state))
 
     async def _reports(self, state: SchedulerState) -> None:
@@ -664,29 +647,15 @@ class KubeScheduler:
         except (AgentClientError, OSError) as e:
             log.warning("reports failed, retrying: %s", e)
             await asyncio.sleep(1.0)
-        if any(state.outbox.values()):
+        if state.outbox:
             self._wake.set()
 
     async def _flush(self, state: SchedulerState) -> None:
-        """Every node's waiting events in one call; a node whose session was lost keeps its
-        events for after it registers again (on the next pass)."""
-        batch = {}
-        for node, events in list(state.outbox.items()):
-            lease = state.leases.get(node)
-            if lease is not None and events:
-                batch[node] = AgentReport(session=lease.session, events=events)
-                state.outbox[node] = []
-        if not batch:
-            return
-        try:
-            reply = await self.agents.reports(batch)
-        except (AgentClientError, OSError):
-            for node, report in batch.items():
-                state.outbox[node] = report.events + state.outbox[node]
-            raise
-        for node in reply.lost:
-            state.outbox[node] = batch[node].events + state.outbox[node]
-            state.drop_lease(node)  # registered again on the next pass
+        """Every node's waiting events in one call (``node.follower.ReportOutbox``); a node
+        whose session was lost keeps its events for after it registers again (on the next
+        pass)."""
+        for node in await state.outbox.send(self.agents, state.leases):
+            state.drop_lease(node)
 
     async def _forget(
         self,
@@ -710,26 +679,19 @@ class KubeScheduler:
                     log.info("gang %s is gone: cancelled Boltforge job %s", key, job)
 
     async def _follow_desired(self) -> None:
-        since = -1
-        while True:
-            if not self.leading:
-                since = -1
-                await asyncio.sleep(0.5)
-                continue
-            try:
-                changes = await self.agents.desired_changes(since, self.options.wait_s)
-            except AgentClientError as e:
-                log.debug("desired states: %s", e)
-                await asyncio.sleep(1.0)
-                continue
-            mine = self.nodes.snapshot()
-            if changes.full:
-                self.state.desired.clear()
-            for st in changes.nodes:
-                if st.node in mine:
-                    self.state.desired.put(st.node, st.replicas)
-            since = changes.seq
-            self._wake.set()
+        """Follow the desired states of every node with one long-poll, while leading."""
+        await self.desired.follow(self._desired_changed, lambda: self.leading)
+
+    def _desired_changed(self, changes: DesiredChanges) -> None:
+        """Keep the desired states of this scheduler's nodes (a full answer replaces them
+        all) and wake the pass."""
+        mine = self.nodes.snapshot()
+        if changes.full:
+            self.state.desired.clear()
+        for st in changes.nodes:
+            if st.node in mine:
+                self.state.desired.put(st.node, st.replicas)
+        self._wake.set()
 
     # words back
 

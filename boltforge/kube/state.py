@@ -5,7 +5,6 @@ annotations their bindings wrote) when a replica takes the lead."""
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -13,6 +12,7 @@ from boltforge.kube.desired import DesiredStates
 from boltforge.kube.gangs import GangKey
 from boltforge.kube.model import JOB, REPLICA, KubePod
 from boltforge.kube.words import Told
+from boltforge.node.follower import ReportOutbox
 from boltforge.wire.agent import Inventory, Lease, ReplicaEvent, ReplicaStatus
 
 
@@ -61,7 +61,6 @@ class SchedulerState:
     leases: dict[str, Lease] = field(default_factory=dict)
     registered: dict[str, Inventory] = field(default_factory=dict)  # as last registered
     refused_nodes: dict[str, str] = field(default_factory=dict)  # node -> the server's words
-    beat_due: float = 0.0  # when the leases are next renewed
     desired: DesiredStates = field(default_factory=DesiredStates)
     job_of: dict[GangKey, str] = field(default_factory=dict)
     gang_of: dict[str, GangKey] = field(default_factory=dict)
@@ -69,7 +68,6 @@ class SchedulerState:
     on_pod: dict[str, set[str]] = field(default_factory=dict)  # pod path -> its replicas
     on_node: dict[str, set[str]] = field(default_factory=dict)  # node -> its replicas
     moved: set[str] = field(default_factory=set)  # nodes whose statuses changed; see ``moves``
-    full_beat_due: float = 0.0  # when heartbeats next list what every node runs
     unplaced: int = 0  # grows with every ``unplace``
     refused: dict[GangKey, str] = field(default_factory=dict)
     blocked: dict[str, str] = field(default_factory=dict)  # job -> why its eviction waits
@@ -82,7 +80,7 @@ class SchedulerState:
     foreign: set[str] = field(default_factory=set)
     cordoned: set[str] = field(default_factory=set)
     unleased: set[str] = field(default_factory=set)  # leases dropped, to register again
-    outbox: dict[str, list[ReplicaEvent]] = field(default_factory=lambda: defaultdict(list))
+    outbox: ReportOutbox = field(default_factory=ReportOutbox)  # events to report, by node
 
     def place(self, placed: Placed) -> None:
         """Record that ``placed.pod`` runs ``placed.replica``."""

@@ -17,6 +17,7 @@ from kube_unit_kit import kgroup, knode, kpod, rspec
 from boltforge.kube.gangs import GangKey
 from boltforge.kube.model import JOB, REPLICA
 from boltforge.kube.scheduler import NOT_FROM_KUBE
+from boltforge.node.converge import NEVER_STARTED
 from boltforge.wire.agent import DesiredChanges, DesiredState
 
 
@@ -208,8 +209,8 @@ def test_a_replica_stopped_before_its_pod_was_bound_is_reported_stopped_once(r: 
     r.wants("n1", rspec("j-9", 1, 0, action="stop"))
     r.passes(3)
     (event,) = r.agents.events("n1")
-    assert (event.replica, event.kind, event.signal) == ("j-9.1.0", "exited", 15)
-    assert r.writes.evicted == []
+    assert (event.replica, event.kind, event.detail) == ("j-9.1.0", "exited", NEVER_STARTED)
+    assert event.signal is None and r.writes.evicted == []
 
 
 # what the kubelet did
