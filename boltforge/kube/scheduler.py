@@ -513,6 +513,7 @@ class KubeScheduler:
         budgets to change (``_budgets_moved``), or ``BLOCKED_RETRY_S``."""
         state = self.state
         budgets = None
+        evictions = []
         for (job, _epoch), wanted in state.desired.wanted("stop").items():
             due: list[tuple[Placed, ReplicaSpec]] = []
             for replica, (node, spec) in wanted.items():
@@ -530,8 +531,8 @@ class KubeScheduler:
             if why:
                 self._blocked(job, [p for p, _ in due], why)
                 continue
-            for placed, spec in due:
-                await self._evict(placed, spec.grace_s)
+            evictions += [self._evict(placed, spec.grace_s) for placed, spec in due]
+        await asyncio.gather(*evictions)  # all at once: a victim gang leaves together
         if state.ended and self._pruned_at != state.desired.seq:
             self._pruned_at = state.desired.seq  # forget what the server no longer mentions
             state.ended = {r for r in state.ended if state.desired.lists(r)}
