@@ -16,6 +16,12 @@ go Running at once and evicted pods leave at once.
   time. Target: p50 under 100 ms, p99 under 300 ms.
 - **requests_per_gang**: the scheduler's requests to the API server per 64-pod gang, by kind
   (bindings, status patches, events, evictions, the rest), from the API server's audit log.
+- **bind_floor_ms**: the API server's floor for the same 64 bindings: 64 pods of 1 GPU that
+  no scheduler watches (``schedulerName: bench-direct``), bound by this script alone through
+  the scheduler's own binding call on 32 threads onto 8 empty nodes, timed the same way
+  (from the last pod's creation until a watch sees all 64 bound). No decision is made: it
+  is what the control plane on this machine takes to accept and announce 64 bindings, the
+  part of gang_bind_ms no scheduler can remove.
 - **gang_first_binding_ms** and **gang_bindings_ms**: gang_bind_ms in parts, from the API
   server's audit log: until the first of the gang's bindings reaches the API server (the
   scheduler and the server deciding), then until the last of its 64 bindings is answered.
@@ -52,6 +58,7 @@ import kubernetes.client as client
 import numpy as np
 
 from boltforge.kube import model
+from boltforge.kube.actions import KubeWrites
 from boltforge.kube.informer import Informer
 from boltforge.testing.kube_builders import CLASSES, pod_group_json, pod_json
 from boltforge.testing.kube_fleet import PREEMPT_AT_ONCE, client_create
@@ -199,6 +206,9 @@ def run(
         create_all(api, background)
         names = [o["metadata"]["name"] for o in background if o["kind"] == "Pod"]
         result["background_bind_s"] = round(watch.until(bound(names), 600) - t0, 1)
+        result["bind_floor_ms"] = pct(
+            [bind_floor(api, watch, f"floor{i:02d}") for i in range(args.gangs)]
+        )
         before = kube.audited()
         created: dict[str, float] = {}  # by gang: the wall-clock time its last pod was made
         result["gang_bind_ms"] = pct(
@@ -284,6 +294,34 @@ def gang_bind(api: client.ApiClient, watch: Watcher, name: str, created: dict[st
     created[name] = time.time()
     names = [o["metadata"]["name"] for o in objs if o["kind"] == "Pod"]
     return (watch.until(bound(names), 60) - t0) * 1000
+
+
+def bind_floor(api: client.ApiClient, watch: Watcher, name: str) -> float:
+    """ms to bind 64 one-GPU pods straight from this client onto 8 empty nodes, until the
+    watch sees all bound; the pods are deleted afterwards."""
+    pods = [
+        pod_json(f"{name}-{i}", namespace="bench", gpus=1, scheduler="bench-direct")
+        for i in range(64)
+    ]
+    names = [p["metadata"]["name"] for p in pods]
+    create_all(api, pods)
+    t0 = time.monotonic()
+    watch.until(lambda seen: all(f"bench/{n}" in seen for n in names), 60)
+    snapshot = watch.informer.snapshot()
+    busy = {p.node for p in snapshot.values() if p.node}
+    empty = [f"n{i:04d}" for i in range(NODES) if f"n{i:04d}" not in busy][:8]
+    writes = KubeWrites(api, "bench")
+    targets = [(snapshot[f"bench/{n}"], empty[i // 8]) for i, n in enumerate(names)]
+    with ThreadPoolExecutor(32) as pool:
+        refused = [w for w in pool.map(lambda t: writes.bind(t[0], t[1], {}), targets) if w]
+    if refused:
+        raise RuntimeError(f"a direct binding was refused: {refused[0]}")
+    seen = watch.until(bound(names), 60)
+    core = client.CoreV1Api(api)
+    for n in names:
+        core.delete_namespaced_pod(n, "bench", grace_period_seconds=0)
+    watch.until(lambda now: not any(f"bench/{n}" in now for n in names), 120)
+    return (seen - t0) * 1000
 
 
 def fill(api: client.ApiClient, watch: Watcher) -> None:
