@@ -3,9 +3,10 @@
 Each pass (every ``poll_s``, or at once when a node's desired state changes) it:
 
 1. reads ``squeue`` (and, every ``nodes_every_s``, ``sinfo``) for the managed partitions;
-2. registers each responding node with its inventory and what it runs, and renews its
-   lease; a node Slurm says is down is let go, so its lease runs out and the server writes
-   its replicas off; a draining node is cordoned;
+2. registers each responding node with its inventory and what it runs, and renews every
+   node's lease in one batched heartbeat (``node.follower.Heartbeats``); a node Slurm says
+   is down is let go, so its lease runs out and the server writes its replicas off; a
+   draining node is cordoned;
 3. submits each held job it has not seen as a gang (a job it cannot take gets the reason
    in its comment and stays held); the Boltforge job id is kept in the job's admin comment,
    so a restarted bridge finds it again and nothing is submitted twice;
@@ -14,10 +15,15 @@ Each pass (every ``poll_s``, or at once when a node's desired state changes) it:
    once its job ended or its grace ran out, its job is requeued held; a job sent with
    ``bolt submit`` (no Slurm job stands for it) gets one made for each placement
    (``launch.py``), submitted as the Slurm user its team maps to (``identity.py``), ended
-   rather than requeued when stopped;
+   rather than requeued when stopped; a gang stopped before Slurm started it is reported
+   as never started (``node.converge.never_started``);
 5. reports what Slurm did to the jobs it started: running, finished (with the exit code),
-   ended with a node;
+   ended with a node; every node's events go in one batched report
+   (``node.follower.ReportOutbox``);
 6. writes why each job waits, or where it went, into its comment (``squeue -o "%i %k"``).
+
+The desired states of all the nodes come from one long-poll beside the passes
+(``node.follower.DesiredFollower``), each answer waking a pass.
 
 A job's replicas map to its nodes: replica ``J.E.r`` runs on the ``r``-th node of the
 gang. The bridge never decides where anything runs; it only does what the server's desired
@@ -40,8 +46,10 @@ from collections.abc import Sequence
 from contextlib import suppress
 from pathlib import Path
 
-from boltforge.agent.client import AgentClientError, ServerClient, SessionLost
+from boltforge.agent.client import AgentClientError, ServerClient
 from boltforge.client import ApiFailure, Client
+from boltforge.node.converge import never_started
+from boltforge.node.follower import DesiredFollower, Heartbeats
 from boltforge.slurm.commands import Slurm, SlurmError
 from boltforge.slurm.gang import TAG, BridgeState, Gang, job_comment, parse_admin_comment
 from boltforge.slurm.identity import (
@@ -62,8 +70,7 @@ from boltforge.slurm.translate import (
     job_spec,
 )
 from boltforge.wire.agent import (
-    AgentReport,
-    Heartbeat,
+    DesiredChanges,
     Lease,
     Registration,
     ReplicaEvent,
@@ -136,7 +143,9 @@ class SlurmBridge:
         self.jobs: dict[str, SlurmJob] = {}
         self.nodes: dict[str, SlurmNode] = {}
         self._wake = asyncio.Event()
-        self._polls: dict[str, asyncio.Task[None]] = {}
+        self.desired = DesiredFollower(agents, wait_s)
+        self.heartbeats = Heartbeats(agents, full_every_s=0.0)  # each lists what runs
+        self._following: asyncio.Task[None] | None = None  # the desired-state long-poll
         self._next_nodes = 0.0
         self._next_comments = 0.0
 
@@ -156,7 +165,7 @@ class SlurmBridge:
                     async with asyncio.timeout(self.poll_s):
                         await self._wake.wait()
         finally:
-            tasks += self._polls.values()
+            tasks += [self._following] if self._following is not None else []
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -239,15 +248,14 @@ class SlurmBridge:
         reg = Registration(inventory=inv, running=self._statuses(node.name), agent_version="slurm")
         lease = await self.agents.register(reg)
         self._leased(node.name, lease)
-        if node.name not in self._polls:
-            self._polls[node.name] = asyncio.create_task(self._poll_desired(node.name))
+        if self._following is None:
+            self._following = asyncio.create_task(self.desired.follow(self._desired_changed))
         log.info(
             "registered Slurm node %s (%d x %s, rack %s)", node.name, inv.gpus, inv.gpu, inv.rack
         )
 
     def _leased(self, node: str, lease: Lease) -> None:
         self.state.leases[node] = lease
-        self.state.beat_at[node] = time.monotonic()
         for replica in lease.stop:
             self._stop_replica(replica)
 
@@ -260,37 +268,28 @@ class SlurmBridge:
             self.state.cordoned.discard(node.name)
 
     async def _heartbeats(self) -> None:
+        """Every node's heartbeat in one call when the first is due, each listing what its
+        node runs; a node whose session was lost registers again on the next pass."""
+        leases = self.state.leases
         now = time.monotonic()
-        due = [
-            n
-            for n, lease in self.state.leases.items()
-            if now - self.state.beat_at.get(n, 0.0) >= lease.heartbeat_s
-        ]
-        await asyncio.gather(*(self._heartbeat(n) for n in due))
-
-    async def _heartbeat(self, node: str) -> None:
-        lease = self.state.leases.get(node)
-        if lease is None:
+        if not self.heartbeats.due(leases, now):
             return
-        body = Heartbeat(session=lease.session, running=self._statuses(node))
-        try:
-            self._leased(node, await self.agents.heartbeat(node, body, lease.heartbeat_s))
-        except SessionLost:
-            self.state.leases.pop(node, None)
+        reply = await self.heartbeats.renew(leases, self._statuses, (), now)
+        for node in reply.lost:
+            leases.pop(node, None)
             self._next_nodes = 0.0  # register again on the next pass
+        for node, lease in reply.leases.items():
+            self._leased(node, lease)
 
-    async def _poll_desired(self, node: str) -> None:
-        since = 0
-        while True:
-            try:
-                state = await self.agents.desired(node, since, self.wait_s)
-            except (SessionLost, AgentClientError) as e:
-                log.debug("desired state of %s: %s", node, e)
-                await asyncio.sleep(1.0)
-                continue
-            since = state.version
-            self.state.desired[node] = state.replicas
-            self._wake.set()
+    def _desired_changed(self, changes: DesiredChanges) -> None:
+        """Keep the desired states of the Slurm nodes (a full answer replaces them all)
+        and wake a pass."""
+        if changes.full:
+            self.state.desired = {}
+        for st in changes.nodes:
+            if st.node in self.nodes or st.node in self.state.leases:
+                self.state.desired[st.node] = st.replicas
+        self._wake.set()
 
     # jobs in
 
@@ -474,7 +473,8 @@ class SlurmBridge:
                 # Bound but never started in Slurm (cancelled or bumped before its start):
                 # nothing runs, so it has stopped already.
                 self.state.unstarted.add((bf, epoch))
-                self._queue(Gang(bf, epoch, placed).events("exited", signal=15))
+                for replica, node in placed.items():
+                    self.state.outbox.add(node, never_started(replica, bf, epoch))
         for sid, gang in list(self.state.gangs.items()):
             if gang.stop_by is None:
                 continue
@@ -557,27 +557,13 @@ class SlurmBridge:
                 await self.slurm.hold(sid)
 
     def _queue(self, events: dict[str, list[ReplicaEvent]]) -> None:
-        for node, evs in events.items():
-            self.state.outbox[node].extend(evs)
+        self.state.outbox.add_all(events)
 
     async def _flush(self) -> None:
         """Every node's waiting events in one call; a node whose session was lost keeps its
         events for after it registers again."""
-        outbox, batch = self.state.outbox, {}
-        for node, events in list(outbox.items()):
-            lease = self.state.leases.get(node)
-            if events and lease is not None:
-                batch[node] = AgentReport(session=lease.session, events=events)
-        if not batch:
-            return
-        reply = await self.agents.reports(batch)
-        for node, report in batch.items():
-            if node in reply.lost:
-                self.state.leases.pop(node, None)
-            else:
-                del outbox[node][: len(report.events)]
-        for node, refused in reply.refused.items():
-            log.info("server refused stale report items of %s: %s", node, ", ".join(refused))
+        for node in await self.state.outbox.send(self.agents, self.state.leases):
+            self.state.leases.pop(node, None)
 
     # words back
 

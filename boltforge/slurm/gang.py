@@ -9,6 +9,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Literal
 
+from boltforge.node.follower import ReportOutbox
 from boltforge.wire.agent import Lease, ReplicaEvent, ReplicaSpec, ReplicaStatus
 
 TAG = "boltforge"
@@ -82,7 +83,6 @@ class BridgeState:
     """What the bridge knows between passes; rebuilt from Slurm's admin comments at start."""
 
     leases: dict[str, Lease] = field(default_factory=dict)
-    beat_at: dict[str, float] = field(default_factory=dict)
     desired: dict[str, list[ReplicaSpec]] = field(default_factory=dict)
     bf_of: dict[str, str] = field(default_factory=dict)  # Slurm job id -> Boltforge job id
     gangs: dict[str, Gang] = field(default_factory=dict)  # Slurm job id -> its started gang
@@ -94,4 +94,4 @@ class BridgeState:
     unstarted: set[tuple[str, int]] = field(default_factory=set)
     cordoned: set[str] = field(default_factory=set)
     comments: dict[str, str] = field(default_factory=dict)
-    outbox: dict[str, list[ReplicaEvent]] = field(default_factory=lambda: defaultdict(list))
+    outbox: ReportOutbox = field(default_factory=ReportOutbox)  # events to report, by node

@@ -19,6 +19,8 @@ from boltforge.slurm.identity import TeamUsers
 from boltforge.slurm.model import SlurmJob, SlurmNode, parse_jobs, parse_nodes
 from boltforge.wire.agent import (
     AgentReport,
+    Heartbeat,
+    HeartbeatsReply,
     Lease,
     Registration,
     ReplicaEvent,
@@ -120,10 +122,11 @@ class FakeServer:
         name = body.inventory.name
         return Lease(node=name, session=f"s-{name}", lease_s=15, heartbeat_s=5)
 
-    async def heartbeat(self, node: str, body: Any, timeout_s: float) -> Lease:
-        return Lease(node=node, session=f"s-{node}", lease_s=15, heartbeat_s=5)
+    async def heartbeats(self, beats: dict[str, Heartbeat], timeout_s: float) -> HeartbeatsReply:
+        leases = {n: Lease(node=n, session=f"s-{n}", lease_s=15, heartbeat_s=5) for n in beats}
+        return HeartbeatsReply(leases=leases)
 
-    async def desired(self, node: str, since: int, wait_s: float) -> Any:
+    async def desired_changes(self, since: int, wait_s: float) -> Any:
         await asyncio.Event().wait()  # the tests set desired states themselves
 
     async def reports(self, batch: dict[str, AgentReport]) -> ReportsReply:
@@ -189,8 +192,8 @@ def run(b: SlurmBridge, passes: int = 1) -> None:
     async def go() -> None:
         for _ in range(passes):
             await b.step()
-        for task in b._polls.values():
-            task.cancel()
+        if b._following is not None:
+            b._following.cancel()
 
     asyncio.run(go())
 

@@ -14,13 +14,15 @@ from typing import Any, cast
 import pytest
 from slurm_builders import sinfo_node, squeue_job
 
-from boltforge.agent.client import SessionLost
 from boltforge.client import ApiFailure
 from boltforge.slurm.bridge import SlurmBridge, _comment
 from boltforge.slurm.model import SlurmJob, SlurmNode, parse_jobs, parse_nodes
 from boltforge.wire.agent import (
     AgentReport,
+    DesiredChanges,
     DesiredState,
+    Heartbeat,
+    HeartbeatsReply,
     Lease,
     Registration,
     ReplicaEvent,
@@ -113,17 +115,16 @@ class Server:
         self.registered.append(body.inventory.name)
         return self.lease(body.inventory.name)
 
-    async def heartbeat(self, node: str, body: Any, timeout_s: float) -> Lease:
+    async def heartbeats(self, beats: dict[str, Heartbeat], timeout_s: float) -> HeartbeatsReply:
         if self.heartbeat_lost:
-            raise SessionLost("409: unknown session")
-        return self.lease(node)
+            return HeartbeatsReply(lost=list(beats))
+        return HeartbeatsReply(leases={n: self.lease(n) for n in beats})
 
-    async def desired(self, node: str, since: int, wait_s: float) -> DesiredState:
-        state = self.desired_once.pop(node, None)
-        if state is None:
+    async def desired_changes(self, since: int, wait_s: float) -> DesiredChanges:
+        if not self.desired_once:
             await asyncio.Event().wait()  # nothing changes after the first answer
-        assert state is not None
-        return state
+        states, self.desired_once = list(self.desired_once.values()), {}
+        return DesiredChanges(seq=since + 1, nodes=states)
 
     async def reports(self, batch: dict[str, AgentReport]) -> ReportsReply:
         if self.report_lost:
@@ -173,9 +174,9 @@ def run(b: SlurmBridge, passes: int = 1) -> None:
     async def go() -> None:
         for _ in range(passes):
             await b.step()
-        for task in b._polls.values():
-            task.cancel()
-        b._polls.clear()
+        if b._following is not None:
+            b._following.cancel()
+        b._following = None
 
     asyncio.run(go())
 
@@ -297,8 +298,8 @@ def test_the_desired_state_the_server_sends_is_kept_and_wakes_the_bridge() -> No
         await b.step()
         for _ in range(5):  # let the long-poll task take its answer
             await asyncio.sleep(0)
-        for task in b._polls.values():
-            task.cancel()
+        if b._following is not None:
+            b._following.cancel()
 
     asyncio.run(go())
     assert b.state.desired == {"n1": [spec]}
