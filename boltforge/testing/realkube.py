@@ -585,6 +585,13 @@ class RealKube:
             "crd/podgroups.scheduling.x-k8s.io",
         )
 
+    def jobset(self) -> contextlib.AbstractContextManager[Proc]:
+        """The JobSet controller and its CRD on this control plane, for a ``with`` block
+        (``realkube_jobset.jobset_controller``)."""
+        from boltforge.testing.realkube_jobset import jobset_controller
+
+        return jobset_controller(self)
+
     def compact(self) -> int:
         """Compact etcd's history up to now (what kube-apiserver does every five minutes),
         after one more write, so that no watch can resume from a version seen before; the
