@@ -12,6 +12,8 @@ from typer import _click as click  # the click that typer's groups are built on
 from typer.core import TyperGroup
 from typer.main import get_command, get_group
 
+from boltforge.cli.helptext import reflow_tree
+
 
 @dataclass(frozen=True, slots=True)
 class Lazy:
@@ -23,15 +25,16 @@ class Lazy:
     panel: str | None = None
 
     def load(self, name: str) -> click.Command:
+        """The subcommand, imported, with its help texts reflowed for rich to wrap."""
         target = getattr(import_module(self.module), self.attr)
         if isinstance(target, typer.Typer):
             group = get_group(target)
             group.name = name
             group.rich_help_panel = self.panel
-            return group
+            return reflow_tree(group)
         single = typer.Typer()
         single.command(name, rich_help_panel=self.panel)(target)
-        return get_command(single)
+        return reflow_tree(get_command(single))
 
 
 class LazyGroup(TyperGroup):
