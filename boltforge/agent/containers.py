@@ -6,7 +6,8 @@ signal sent to its process group is passed on to the container (the client's sig
 What the container gets:
 
 - limits: ``--cpus`` and ``--memory`` (swap included) from the replica's share of the node,
-  where it asked for them, and ``--pids-limit`` always;
+  where it asked for them, ``--pids-limit`` always, and open-file and process limits that
+  the engine can set without privileges (``ulimits``);
 - no network (``--network none``) unless its gang needs a rendezvous (``WORLD_SIZE`` > 1),
   then the host's network;
 - a read-only root, with three writable mounts: a scratch directory of its own (``/scratch``,
@@ -41,6 +42,7 @@ from pathlib import Path
 from boltforge.agent.processes import ReplicaPaths, safe_name
 from boltforge.agent.processes import exit_fields as process_exit
 from boltforge.agent.sharing import gpus_used, share_env
+from boltforge.agent.ulimits import ulimit_args
 from boltforge.wire.agent import ReplicaSpec
 
 log = logging.getLogger("boltforge.agent")
@@ -56,6 +58,8 @@ LABEL = "io.boltforge.replica"
 CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
 DEV = Path("/dev")
 ENGINE_TIMEOUT_S = 60.0
+ENGINE_ERROR = "Error:"
+ENGINE_ERROR_TAIL = 4096
 # Exit codes the engine's client uses for its own failures (not the command's).
 ENGINE_ERRORS = {
     125: "the container engine could not run the container",
@@ -103,6 +107,7 @@ class Engine:
         argv += ["--pull", "never", "--init", "--read-only", "--user", self.user]
         argv += ["--cap-drop", "all", "--security-opt", "no-new-privileges"]
         argv += ["--pids-limit", str(self.pids_limit), "--shm-size", SHM_SIZE]
+        argv += ulimit_args(self.pids_limit)
         argv += ["--network", "host" if needs_network(spec) else "none"]
         if spec.cpus > 0:
             argv += ["--cpus", f"{spec.cpus:g}"]
@@ -250,12 +255,16 @@ def remove_files(files: ReplicaPaths) -> None:
     files.env_file.unlink(missing_ok=True)
 
 
-def exit_words(code: int, killed_by_agent: bool, memory_gb: float, oom: bool) -> str:
+def exit_words(
+    code: int, killed_by_agent: bool, memory_gb: float, oom: bool, said: str = ""
+) -> str:
     """What a container's exit code means, when it needs words (else empty): the engine's own
-    failures, and a SIGKILL the agent did not send (out of memory: the engine saw it, or the
+    failures, with ``said``, the engine's error line (see ``engine_error``), where there is
+    one, and a SIGKILL the agent did not send (out of memory: the engine saw it, or the
     container had a memory limit)."""
     if code in ENGINE_ERRORS:
-        return f"{ENGINE_ERRORS[code]} (exit {code}; its log says why)"
+        said = f"): {said}" if said else "; its log says why)"
+        return f"{ENGINE_ERRORS[code]} (exit {code}{said}"
     if code != 128 + signal.SIGKILL or killed_by_agent:
         return ""
     if oom:
@@ -269,6 +278,20 @@ def exit_words(code: int, killed_by_agent: bool, memory_gb: float, oom: bool) ->
             f"limit is {memory_gb:g} GB). To fix: ask for more memory_gb"
         )
     return ""
+
+
+def engine_error(log_file: Path, tail: int = ENGINE_ERROR_TAIL) -> str:
+    """The engine's last ``Error: ...`` line in the last ``tail`` bytes of a replica's log
+    (the engine's client writes its own failures there), without the prefix; empty when
+    there is none or the log cannot be read."""
+    try:
+        with log_file.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - tail))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    errors = [line for line in text.splitlines() if line.startswith(ENGINE_ERROR)]
+    return errors[-1].removeprefix(ENGINE_ERROR).strip() if errors else ""
 
 
 def exit_fields(code: int) -> tuple[int | None, int | None]:

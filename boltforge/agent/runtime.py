@@ -31,10 +31,12 @@ from boltforge.agent.cleanup import (
     remove_shm,
 )
 from boltforge.agent.containers import (
+    ENGINE_ERRORS,
     SCRATCH,
     Engine,
     container_env,
     container_name,
+    engine_error,
     exit_words,
     gpu_devices,
     hand_over,
@@ -328,7 +330,8 @@ class AgentRuntime:
             return ""
         name = container_name(replica.spec)
         oom = code == 137 and not replica.killed and await engine.oom_killed(name)
-        return exit_words(code, replica.killed, replica.spec.memory_gb, oom)
+        said = engine_error(replica.paths.log) if code in ENGINE_ERRORS else ""
+        return exit_words(code, replica.killed, replica.spec.memory_gb, oom, said)
 
     async def _clean(self, replica: Replica, code: int) -> str:
         """After ``replica``'s main process exited with ``code``: end what it left in its

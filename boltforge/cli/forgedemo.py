@@ -22,7 +22,7 @@ from boltforge.cli.demo import DemoError, in_fleet, stop_fleet
 from boltforge.cli.localfleet import LocalFleet, Node
 from boltforge.cli.story import Story, describer
 from boltforge.client import ApiFailure, Client
-from boltforge.wire.jobs import TERMINAL, SubmitRequest
+from boltforge.wire.jobs import TERMINAL, JobDetail, SubmitRequest
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "examples" / "forge"
@@ -90,7 +90,7 @@ def _tell(console: Console, fleet: LocalFleet) -> bool:
         finally:
             story.close()
         console.print(Rule(style="dim"))
-        ok = all(_where(console, client, job) for job in jobs)
+        ok = all([_where(console, client, job) for job in jobs])  # every job told
         console.print(Rule("the bill", style="dim", align="left"))
         bill = client.cost(by="job", since="1h")
         print_cost(bill)
@@ -149,7 +149,18 @@ def _where(console: Console, client: Client, job: str) -> bool:
     nodes = sorted({r.node for r in d.placement})
     why = next((line.strip() for line in d.explanation if "node class" in line), "")
     console.print(f"job {d.id} {d.name}: {d.state} on {', '.join(nodes)}; {why}", highlight=False)
+    failure = failure_words(d)
+    if failure:
+        console.print(f"  {failure}", highlight=False, soft_wrap=True)
     found = client.artifacts(job).artifacts
     for a in found:
         console.print(f"  artifact {a.name}: {a.size} bytes, sha256 {a.sha256[:16]}…")
     return d.state == "succeeded" and bool(found)
+
+
+def failure_words(d: JobDetail) -> str:
+    """What ended a failed job, from its timeline's last ``failed:`` event (for a container
+    the engine could not run, the engine's own error); empty for any other job."""
+    if d.state != "failed":
+        return ""
+    return next((e.message for e in reversed(d.events) if e.message.startswith("failed")), "")

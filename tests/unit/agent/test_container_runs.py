@@ -24,6 +24,7 @@ from boltforge.agent.containers import (
     write_env_file,
 )
 from boltforge.agent.processes import ReplicaPaths
+from boltforge.agent.ulimits import ulimit_args
 from boltforge.wire.agent import ReplicaSpec
 
 IMAGE = "registry.acme.com/train:1"
@@ -68,6 +69,7 @@ def test_the_run_line_isolates_and_limits_the_container(tmp_path: Path) -> None:
     assert option(argv, "--cpus") == ["4"]
     assert option(argv, "--memory") == option(argv, "--memory-swap") == ["16384m"]
     assert option(argv, "--pids-limit") == ["4096"]
+    assert option(argv, "--ulimit") == ulimit_args(4096)[1::2]
     assert option(argv, "--volume") == [
         f"{tmp_path / 'scratch'}:{SCRATCH}:rw",
         f"{tmp_path / 'ckpt'}:{CHECKPOINT}:rw",
