@@ -9,7 +9,7 @@ import random
 import ssl
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -48,6 +48,7 @@ DEFAULT_SERVER = "http://127.0.0.1:8600"
 RETRIES = 3  # times a call the server shed for overload (429/503 + Retry-After) is sent again
 LISTED_IDS = 100  # job ids named per listing (``jobs(ids=...)``), a short request line
 MAX_RETRY_AFTER_S = 30.0  # the longest Retry-After honoured; a longer one is not waited out
+RETRY_FOR_S = 60.0  # how long a submission refused with Retry-After is sent again by default
 
 
 def config_path() -> Path:
@@ -171,12 +172,34 @@ class Client:
                 self.addresses.move_on(self.http)
             return r
 
-    def submit(self, req: SubmitRequest, idempotency_key: str | None = None) -> SubmitReply:
+    def submit(
+        self,
+        req: SubmitRequest,
+        idempotency_key: str | None = None,
+        retry_for: float = RETRY_FOR_S,
+        waiting: Callable[[str, float], None] | None = None,
+    ) -> SubmitReply:
         """Submit ``req``. Without ``idempotency_key`` a fresh one is made, so a submission
-        cut off mid-way is sent again (to the next replica) without making the job twice."""
+        cut off mid-way is sent again (to the next replica) without making the job twice.
+        A refusal with ``Retry-After`` (503: the server's store is away, or it sheds load;
+        429) is waited out and sent again with the same key until ``retry_for`` seconds
+        have passed; ``waiting(why, seconds_left)`` is told before each wait. Raises
+        ``ApiFailure`` for any other refusal, or the last one when time is up."""
         headers = {"Idempotency-Key": idempotency_key or f"bolt-{uuid.uuid4().hex}"}
         body = req.model_dump(exclude_none=True)
-        return self._call("POST", "/v1/jobs", SubmitReply, json=body, headers=headers)
+        deadline = time.monotonic() + retry_for
+        r = self._send("POST", "/v1/jobs", None, json=body, headers=headers)
+        while (delay := retry_after(r)) is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            if waiting is not None:
+                waiting(_failure(r).message, left)
+            time.sleep(min(max(delay, 0.1) * random.uniform(1.0, 1.25), left))
+            r = self._send("POST", "/v1/jobs", None, json=body, headers=headers)
+        if r.status_code >= 400:
+            raise _failure(r)
+        return SubmitReply.model_validate(r.json())
 
     def apply_service(self, req: ServiceRequest) -> ServiceSummary:
         """Create the service ``req`` describes, or update the one of that name."""

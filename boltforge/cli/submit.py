@@ -14,7 +14,7 @@ from boltforge.cli.common import EXIT_BAD_INPUT, console, errors, print_json
 from boltforge.cli.queue import ALL_STATES
 from boltforge.cli.remote import CaOpt, JsonOpt, ServerOpt, TokenOpt, api_errors, connect, fail
 from boltforge.cli.story import Story, describer
-from boltforge.client import Client
+from boltforge.client import RETRY_FOR_S, Client
 from boltforge.wire.jobs import TERMINAL, JobDetail, SubmitReply, SubmitRequest
 
 
@@ -39,6 +39,13 @@ def submit_command(
     idempotency_key: Annotated[
         str | None, typer.Option(help="A retry with the same key returns the job already made.")
     ] = None,
+    retry_for: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Seconds to keep sending it again (same key) while the server answers 503.",
+        ),
+    ] = RETRY_FOR_S,
     server: ServerOpt = None,
     token: TokenOpt = None,
     ca: CaOpt = None,
@@ -46,12 +53,14 @@ def submit_command(
     """Submit a job (or an array job) and print its id.
 
     With --wait, tell its story as it happens (placed, preempted jobs and their checkpoints,
-    running, the end) and exit 0 only if it succeeded. An invalid spec exits 2 with each
-    problem's field and fix; a refusal, or no server, exits 1.
+    running, the end) and exit 0 only if it succeeded. While the server answers 503 (its
+    store is away) the submission is sent again with the same idempotency key for up to
+    --retry-for seconds, saying so. An invalid spec exits 2 with each problem's field and
+    fix; a refusal, or no server, exits 1.
     """
     req = _request(file, gpus, priority, team, array)
     with connect(server, token) as client, api_errors(file.name):
-        reply = client.submit(req, idempotency_key)
+        reply = client.submit(req, idempotency_key, retry_for, _waiting)
         if not wait:
             _print_reply(reply, json)
             return
@@ -60,6 +69,15 @@ def submit_command(
         else:
             ok = _wait_job(client, reply.job.id, json)
     raise typer.Exit(0 if ok else 1)
+
+
+def _waiting(why: str, left: float) -> None:
+    """Say on stderr that the submission waits for the server, and why."""
+    errors.print(
+        f"waiting for the server ({escape(why.split('. To fix')[0])}); "
+        f"sending it again for up to {left:.0f} s more",
+        highlight=False,
+    )
 
 
 def _request(

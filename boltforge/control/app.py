@@ -27,6 +27,7 @@ from boltforge.control.api import (
     jobs,
     nodes,
     services,
+    storefaults,
     stream,
 )
 from boltforge.control.api.headers import AskedGZip
@@ -35,6 +36,7 @@ from boltforge.control.api.secure import SecurityHeaders
 from boltforge.control.runtime import Runtime, ServerConfig
 from boltforge.control.services.scaler import Scaler
 from boltforge.control.store.leadership import Leadership
+from boltforge.control.store.outage import fault_of
 from boltforge.control.views import metrics
 
 log = logging.getLogger(__name__)
@@ -95,6 +97,7 @@ def create_app(config: ServerConfig, clock: Callable[[], float] = time.time) -> 
     app.add_middleware(AskedGZip, minimum_size=GZIP_MIN_BYTES)  # not event streams
     limits = bodies.Limits(config.max_body, config.max_agent_body)
     app.add_middleware(bodies.BodyGate, limits=limits)  # the caller, then the body's size
+    storefaults.install(app, rt.db.status)  # the store away: 503, not 500
     install_overload(app, rt)  # sheds a flood before anything is read
     app.add_middleware(SecurityHeaders)  # outside the rest: on every reply, refusals too
     if leadership is not None:  # outermost: a follower sends callers to the leader
@@ -106,11 +109,13 @@ def create_app(config: ServerConfig, clock: Callable[[], float] = time.time) -> 
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:
-        """Up; with leader election, also whether this replica leads (and acts) or follows."""
+        """Up; ``degraded`` with the reason and since when while the store is away; with
+        leader election, also whether this replica leads (and acts) or follows."""
+        store = storefaults.health(rt.db.status)
         if leadership is None:
-            return {"status": "ok"}
+            return {"status": "ok", **store}
         role = "leader" if leadership.leading and acting.is_set() else "follower"
-        return {"status": "ok", "role": role, "replica": leadership.holder}
+        return {"status": "ok", "role": role, "replica": leadership.holder, **store}
 
     return app
 
@@ -151,6 +156,7 @@ async def _sample(rt: Runtime) -> None:
     while True:
         try:
             await asyncio.to_thread(rt.take_sample)
-        except Exception:  # a failed sample must not stop the next ones
-            log.exception("utilization sample failed")
+        except Exception as e:  # a failed sample must not stop the next ones
+            if fault_of(e) is None:  # the store away: its status says so, once
+                log.exception("utilization sample failed")
         await asyncio.sleep(rt.config.sample_every_s)

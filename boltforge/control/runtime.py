@@ -27,6 +27,7 @@ from boltforge.control.store.db import Database
 from boltforge.control.store.leadership import LeaseTimes
 from boltforge.control.store.mirror import Mirror
 from boltforge.control.store.models import TokenRow
+from boltforge.control.store.outage import StoreStatus
 from boltforge.control.tokencache import TTL_S, TokenCache
 from boltforge.control.views.utilization import History, fragmentation_index, sample
 from boltforge.core.health import HealthRules
@@ -109,7 +110,7 @@ class Runtime:
             config.artifacts_url,
             config.artifacts_endpoint,
         )
-        self.db = Database(config.db_url)
+        self.db = Database(config.db_url, StoreStatus(clock))
         self.notifier = Notifier()
         self.mirror = Mirror()
         self.mirror.watch(self.db.sessions)

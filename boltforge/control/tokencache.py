@@ -8,7 +8,8 @@ store), every remembered caller is forgotten. So a revoked token stops working o
 replica within ``ttl_s`` and a moment, and a token past its ``expires_at`` at once. A node a
 token claims is added to what this server remembers of it; another replica learns it the
 first time the token acts for that node there (``authorize``). When each token was last used
-is written back at most once a minute (``USED_EVERY_S``).
+is written back at most once a minute (``USED_EVERY_S``). While the store is away, the
+callers remembered when it went away keep working (``_held``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from boltforge.control import auth
 from boltforge.control.auth import Caller
 from boltforge.control.store.db import Database
 from boltforge.control.store.models import TokenRow
+from boltforge.control.store.outage import fault_of
 
 log = logging.getLogger(__name__)
 TTL_S = 5.0
@@ -78,7 +80,13 @@ class TokenCache:
         """The caller holding ``token`` (read from the store when not remembered), or why
         there is none: ``unknown``, ``revoked`` or ``expired``. Reads the store: call it
         from a worker thread."""
-        self._revalidate()
+        try:
+            self._revalidate()
+        except Exception as e:
+            held = self._held(token) if fault_of(e) is not None else None
+            if held is None:
+                raise
+            return held
         found = self.current(token)
         if found is not None:
             return found
@@ -90,6 +98,13 @@ class TokenCache:
             if loaded.token_id is not None:
                 self._used[loaded.token_id] = self.clock()
         return loaded
+
+    def _held(self, token: str) -> Caller | None:
+        """The caller remembered for ``token``, unexpired, however long ago the memory was
+        checked: while the store is away no token can be revoked, so the callers known
+        when it went away keep working (agents' heartbeats among them)."""
+        found = self._by_digest.get(auth.digest(token))
+        return found if found is not None and not found.expired(self.clock()) else None
 
     def latest(self, who: Caller) -> Caller:
         """The newest remembered form of ``who`` (its claims may have grown since)."""
@@ -175,4 +190,5 @@ class TokenCache:
                     [{"id": i, "last_used_at": at} for i, at in sorted(used.items())],
                 )
         except SQLAlchemyError as e:
-            log.warning("could not store when tokens were last used: %s", e)
+            if fault_of(e) is None:  # the store away: its status says so
+                log.warning("could not store when tokens were last used: %s", e)

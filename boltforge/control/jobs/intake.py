@@ -28,6 +28,7 @@ from boltforge.control.jobs.submit import job_rows, next_numbers, queued_message
 from boltforge.control.store.batch import next_group
 from boltforge.control.store.db import Database
 from boltforge.control.store.models import AuditRow, EventRow, JobRow
+from boltforge.control.store.outage import fault_of
 from boltforge.core.model.gang import Gang
 from boltforge.spec.job import JobSpec
 
@@ -94,7 +95,8 @@ class Intake:
             _settle(group, [IntegrityError("idempotency key", None, Exception())])
             return
         except Exception as e:  # hand any failure to the waiting request
-            log.exception("storing %d submission(s) failed", len(group))
+            if fault_of(e) is None:  # the store's own faults are logged by its status
+                log.exception("storing %d submission(s) failed", len(group))
             _settle(group, [e] * len(group))
             return
         if self._stored is not None:

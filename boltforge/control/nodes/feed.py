@@ -15,6 +15,7 @@ from boltforge.control.nodes.reports import apply_events, apply_logs, apply_prog
 from boltforge.control.scheduling.actuate import Touched
 from boltforge.control.scheduling.loop import Scheduler
 from boltforge.control.store.batch import Batcher
+from boltforge.control.store.outage import fault_of
 from boltforge.wire.agent import AgentReport, Heartbeat, Lease, Registration
 
 
@@ -43,9 +44,12 @@ class Feed:
     async def heartbeat(self, node: str, hb: Heartbeat, now: float) -> Lease:
         """Renew ``node``'s lease; raises ``SessionMismatch`` when its session is not
         current (it must register again)."""
-        lease, touched = await self.writes.write_async(
-            lambda s: protocol.heartbeat(s, node, hb, self.terms, now)
-        )
+        try:
+            lease, touched = await self.writes.write_async(
+                lambda s: protocol.heartbeat(s, node, hb, self.terms, now)
+            )
+        except Exception as e:
+            return self._held(node, hb.session, e)
         if touched.nodes or touched.jobs:
             self.scheduler.announce(touched)
             self.scheduler.wake()
@@ -53,14 +57,48 @@ class Feed:
 
     async def heartbeats(self, beats: dict[str, Heartbeat], now: float) -> protocol.Renewed:
         """Many nodes' heartbeats (``heartbeat`` each) in one change of the store."""
-        renewed = await self.writes.write_async(
-            lambda s: protocol.heartbeats(s, beats, self.terms, now)
-        )
+        try:
+            renewed = await self.writes.write_async(
+                lambda s: protocol.heartbeats(s, beats, self.terms, now)
+            )
+        except Exception as e:
+            return self._held_all(beats, e)
         touched = renewed.touched
         if touched.nodes or touched.jobs:
             self.scheduler.announce(touched)
             self.scheduler.wake()
         return renewed
+
+    def _held(self, node: str, session: str, error: Exception) -> Lease:
+        """A heartbeat the store could not take (``error``, re-raised unless the store is
+        away): the lease is held from memory for a node whose session the mirror knows as
+        current (``SessionMismatch`` otherwise), with nothing to stop. This is safe because
+        no pass runs while the store is away, and the loop gives every live node a full
+        lease when it is back (``Scheduler.recover``): the agent keeps its replicas running
+        instead of fencing them for the server's outage."""
+        if fault_of(error) is None:
+            raise error
+        protocol.current_in(self.scheduler.mirror, node, session)
+        with self.scheduler.mirror.reading():
+            version = self.scheduler.mirror.nodes[node].desired_version
+        return Lease(
+            node=node,
+            session=session,
+            lease_s=self.terms.lease_s,
+            heartbeat_s=self.terms.heartbeat_s,
+            desired_version=version,
+        )
+
+    def _held_all(self, beats: dict[str, Heartbeat], error: Exception) -> protocol.Renewed:
+        """``_held`` for a batch of heartbeats: the nodes the mirror knows are held, the
+        rest must register again."""
+        out = protocol.Renewed({}, [], Touched())
+        for name, hb in beats.items():
+            try:
+                out.leases[name] = self._held(name, hb.session, error)
+            except protocol.SessionMismatch:
+                out.lost.append(name)
+        return out
 
     async def report(self, node: str, body: AgentReport, now: float) -> tuple[list[str], Touched]:
         """Replica events, log chunks and progress from ``node`` (``reports`` of one);

@@ -26,6 +26,10 @@ never run back to back: after one, the next waits at least as long as it took (a
     #              victim's node hears of its eviction before dispatch begins)
     # 6. dispatch  gangs whose GPUs are free go to their nodes (its own transaction); those
     #              nodes are woken after it commits
+
+While the store is away (``control/store/outage.py``) the loop runs no pass: it probes the
+store and, once it takes writes again, reads the world afresh, renews every live node's lease
+and resumes with a full pass.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from sqlalchemy.orm import Session
 
 from boltforge.control.jobs.restarts import end_holds
 from boltforge.control.nodes import spot
-from boltforge.control.nodes.agents import LeaseTerms, expire
+from boltforge.control.nodes.agents import LeaseTerms, expire, extend_leases
 from boltforge.control.nodes.backend import Backend, NativeBackend
 from boltforge.control.nodes.health import HealthCheck
 from boltforge.control.notify import Notifier
@@ -67,6 +71,7 @@ from boltforge.control.store import failpoints
 from boltforge.control.store.db import Database
 from boltforge.control.store.mirror import Mirror
 from boltforge.control.store.models import JobRow
+from boltforge.control.store.outage import fault_of
 from boltforge.core.cycle import Snapshot, reservation_depth, run_cycle, schedule_arrival
 from boltforge.core.decisions import CycleResult, Reserve, Waiting, WaitReason
 from boltforge.core.health import HealthRules
@@ -80,6 +85,7 @@ USAGE_REFRESH_S = 5.0
 VERDICT_S = 1.0
 GATHER_S = 0.02
 MIN_FULL_GAP_S = 0.5
+PROBE_S = 1.0  # how often a paused loop asks whether the store is back
 SLOW_FULL_MS = 1000.0  # a full pass slower than this is logged, with where its time went
 
 
@@ -196,6 +202,9 @@ class Scheduler:
         self._loop = asyncio.get_running_loop()
         self._wakeup = asyncio.Event()
         last = float("-inf")
+        status = self.db.status
+        status.watch(self.poke)
+        seen = status.outages
         while not self._stopping:
             wait = self.idle_wait()
             with contextlib.suppress(TimeoutError):  # not wait_for: it can swallow a cancel
@@ -207,17 +216,52 @@ class Scheduler:
             self._wakeup.clear()
             if self._stopping:
                 break
+            if not status.available or status.outages != seen:
+                await self.ride_out()
+                seen = status.outages
+                continue
             last = time.monotonic()
             allow_full = self.full_due_in() <= 0
             try:
                 await asyncio.to_thread(self.pass_once, allow_full)
-            except Exception:  # a pass must never take the loop down with it
+            except Exception as e:  # a pass must never take the loop down with it
                 if self._stopping:  # stopped mid-pass (the planner is shut): just end
                     self.announce(self._committed)
                     break
-                log.exception("scheduling pass failed")
                 self.announce(self._committed)  # what it committed before it failed
+                if fault_of(e) is not None:  # the store went away: pause (above)
+                    continue
+                log.exception("scheduling pass failed")
                 await asyncio.sleep(self.tick_s)
+
+    async def ride_out(self) -> None:
+        """While the store is away: no passes; it is probed every ``PROBE_S`` (or tick, if
+        sooner), and once it takes writes again the loop ``recover``s and goes on."""
+        told = False
+        while not self._stopping:
+            try:
+                if self.db.status.available or await asyncio.to_thread(self.db.probe) is None:
+                    await asyncio.to_thread(self.recover)
+                    return
+            except Exception as e:
+                if fault_of(e) is None and not told:  # unexpected: its traceback, once
+                    log.exception("recovering from a store outage failed")
+                    told = True
+            await asyncio.sleep(min(self.tick_s, PROBE_S))
+
+    def recover(self) -> None:
+        """After the store was away: read the world afresh from it (a write whose commit
+        went unanswered may or may not have landed, and a promoted standby may lack the
+        last ones), give every live node a full lease from now (their heartbeats could not
+        be stored; no pass ran meanwhile to take their work away), and ask for a full
+        pass."""
+        with self.lock:
+            self._plan, self._world = None, None
+            with self.db.session() as s:
+                self.mirror.load(s)
+            with self.db.session() as s:
+                extend_leases(s, self.terms, self.clock())
+        self.wake()
 
     def idle_wait(self) -> float:
         """Seconds the loop sleeps unless woken: until the next tick, or sooner when a full

@@ -30,6 +30,7 @@ from boltforge.control.services.state import (
     spec_of,
 )
 from boltforge.control.store.models import JobRow, ServiceRow
+from boltforge.control.store.outage import fault_of
 from boltforge.core.serving.autoscale import decide
 from boltforge.spec.service import ServiceSpec
 
@@ -56,8 +57,9 @@ class Scaler:
         while True:
             try:
                 await self.step()
-            except Exception:  # one bad round must not stop the next ones
-                log.exception("service autoscaling failed")
+            except Exception as e:  # one bad round must not stop the next ones
+                if fault_of(e) is None:  # the store away: its status says so, once
+                    log.exception("service autoscaling failed")
             await asyncio.sleep(self.every_s)
 
     async def step(self) -> None:

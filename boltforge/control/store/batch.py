@@ -8,7 +8,8 @@ change (a function of a session) and wait; it applies every change waiting at th
 up to ``MAX_GROUP``, in one transaction under the scheduler's lock, and commits once. A
 change that raises is not the group's problem: the group is rolled back and each change is
 applied again in a transaction of its own, so every change lands whole or not at all, and
-the caller gets its own result or its own error.
+the caller gets its own result or its own error. A group that fails because the store is
+away (``outage.fault_of``) is not tried again change by change: each caller gets that error.
 
 Changes must be functions of the session and their arguments only (they may run twice when
 a neighbour fails); what they return is handed back after the commit, so the caller wakes
@@ -33,6 +34,7 @@ from typing import Any, Generic, TypeVar
 from sqlalchemy.orm import Session
 
 from boltforge.control.store.db import Database
+from boltforge.control.store.outage import fault_of
 
 log = logging.getLogger("boltforge.batch")
 MAX_GROUP = 256
@@ -130,8 +132,9 @@ class Batcher:
                     self.warm(s, reads)
                 results = [c.apply(s) for c in group]
         except Exception as e:
-            if len(group) == 1:
-                group[0].done.set_exception(e)
+            if len(group) == 1 or fault_of(e) is not None:  # the store is away: for all
+                for change in group:
+                    change.done.set_exception(e)
             else:
                 for change in group:
                     self._apply([change])

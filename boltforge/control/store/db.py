@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -21,9 +22,13 @@ from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker
 from sqlalchemy.orm.interfaces import ORMOption
 from sqlalchemy.orm.util import identity_key
 
+from boltforge.control.store.outage import DISK_FULL, READ_ONLY, StoreFault, StoreStatus, fault_of
+
 MIGRATIONS = Path(__file__).with_name("migrations")
 M = TypeVar("M")
 MIGRATE_LOCK = 0x6B6F6C74  # the advisory lock PostgreSQL replicas migrate under
+CONNECT_TIMEOUT_S = 5  # how long a PostgreSQL connection attempt may take (unless the URL says)
+MIN_FREE_BYTES = 4 << 20  # free space a SQLite store's disk needs to count as writable again
 
 
 def default_url() -> str:
@@ -44,8 +49,9 @@ class Database:
     makes the others sleep and retry, which wastes milliseconds per conflict under load.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, status: StoreStatus | None = None) -> None:
         self.url = url
+        self.status = status or StoreStatus()
         self.engine = make_engine(url)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._turns: threading.RLock | None = threading.RLock() if self.is_sqlite else None
@@ -74,18 +80,64 @@ class Database:
         """A session that commits at the end of the block (see the class docstring). With a
         ``fence`` set (server replicas, ``leadership.py``), a session that wrote anything
         runs it before committing; it raises to refuse the whole transaction. ``fenced=False``:
-        the lease's own reads and writes."""
+        the lease's own reads and writes. A session that fails with an expected store fault
+        (``outage.fault_of``) marks the store away; one that wrote and committed marks it
+        available again."""
         with self._turns or contextlib.nullcontext(), self.sessions() as s:
             try:
                 yield s
+                wrote = bool(s.new or s.dirty or s.deleted or s.info.get(WROTE))
                 fence = self.fence if fenced else None
-                if fence is not None and (s.new or s.dirty or s.deleted or s.info.get(WROTE)):
+                if fence is not None and wrote:
                     s.flush()
                     fence(s)
                 s.commit()
-            except BaseException:
-                s.rollback()
+            except BaseException as e:
+                self._failed(e)
+                with contextlib.suppress(Exception):  # a lost connection cannot roll back
+                    s.rollback()
                 raise
+        if wrote:
+            self.status.back()
+
+    def _failed(self, error: BaseException) -> None:
+        fault = fault_of(error)
+        if fault is not None:
+            self.status.failed(fault)
+
+    def probe(self) -> StoreFault | None:
+        """Whether the store takes writes now: None (and the status marked available) when
+        it does, else the fault found (and the status marked away). PostgreSQL: a server
+        that answers and is not read-only (a standby); SQLite: a file that takes a write
+        (the schema's version row set to itself, committed), on a disk with
+        ``MIN_FREE_BYTES`` free."""
+        try:
+            fault = self._probe()
+        except Exception as e:
+            fault = fault_of(e)
+            if fault is None:
+                raise
+        if fault is None:
+            self.status.back()
+        else:
+            self.status.failed(fault)
+        return fault
+
+    def _probe(self) -> StoreFault | None:
+        with self._turns or contextlib.nullcontext(), self.engine.connect() as connection:
+            if not self.is_sqlite:
+                read_only = connection.scalar(text("SHOW transaction_read_only"))
+                if read_only == "on":
+                    return StoreFault(READ_ONLY, "the server is a standby (read-only)")
+                return None
+            connection.execute(text("UPDATE alembic_version SET version_num = version_num"))
+            connection.commit()
+        path = make_url(self.url).database
+        if path and path != ":memory:":
+            free = shutil.disk_usage(Path(path).parent).free
+            if free < MIN_FREE_BYTES:
+                return StoreFault(DISK_FULL, f"{free} bytes free beside {path}")
+        return None
 
     def close(self) -> None:
         self.engine.dispose()
@@ -129,7 +181,11 @@ def make_engine(url: str) -> Engine:
     """An engine for ``url``; SQLite files get WAL, a busy timeout and foreign keys."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+        timeout = "connect_timeout" in parsed.query
+        connect = {} if timeout else {"connect_timeout": CONNECT_TIMEOUT_S}
+        return create_engine(
+            url, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args=connect
+        )
     if parsed.database and parsed.database != ":memory:":
         private_files(Path(parsed.database))
     engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})

@@ -42,6 +42,10 @@ series                                 labels              meaning
                                                            and ``soft`` limits
 ``bolt_api_shed_total``                reason              requests refused for overload (429
                                                            or 503), by ``overload.REASONS``
+``bolt_store_available``               -                   1 while the store takes writes, 0
+                                                           while it is away (``outage.py``)
+``bolt_store_unavailable_seconds``     -                   how long it has been away (0: up)
+``bolt_store_outages_total``           -                   times it went away since the start
 =====================================  ==================  ===================================
 
 ``bolt_gpu_hours_lost_total`` sums what the scheduler priced each eviction at when it made it
@@ -74,6 +78,7 @@ from boltforge.control.scheduling.fleet import Fleet
 from boltforge.control.scheduling.lifecycle import ALLOWED, WAITING
 from boltforge.control.scheduling.world import USABLE_NODES, Caches, load_fleet
 from boltforge.control.store.models import HELD, EventRow, JobRow, NodeRow, ReplicaRow
+from boltforge.control.store.outage import StoreStatus, fault_of
 from boltforge.core.model.state import Allocation, Conflict, FleetState, Grant
 from boltforge.core.placement.fragmentation import index_over
 
@@ -101,9 +106,15 @@ class FleetCollector(Collector):
         )
 
     def collect(self) -> Iterator[Metric]:
-        with self._lock, self.rt.db.session() as s:
-            self._follow(s)
-            families = [*self._capacity(s), self._queue(s), self._jobs(s), *self._spend(s)]
+        """Every series; those read from the store are left out while it is away."""
+        try:
+            with self._lock, self.rt.db.session() as s:
+                self._follow(s)
+                families = [*self._capacity(s), self._queue(s), self._jobs(s), *self._spend(s)]
+        except Exception as e:
+            if fault_of(e) is None:
+                raise
+            families = []
         yield from families
         yield from self._schedule.collect()
         yield CounterMetricFamily(
@@ -258,11 +269,36 @@ class ShedCollector(Collector):
         yield family
 
 
+class StoreCollector(Collector):
+    """Whether the store is available, how long it has been away and how many times it
+    went away, from the server's ``StoreStatus`` (no store access)."""
+
+    def __init__(self, status: StoreStatus) -> None:
+        self.status = status
+
+    def collect(self) -> Iterator[Metric]:
+        status = self.status
+        yield GaugeMetricFamily(
+            "bolt_store_available",
+            "1 while the store takes writes, 0 while it is away.",
+            value=1 if status.available else 0,
+        )
+        yield GaugeMetricFamily(
+            "bolt_store_unavailable_seconds",
+            "Seconds the store has been away (0 while it is available).",
+            value=status.away_s(),
+        )
+        yield CounterMetricFamily(
+            "bolt_store_outages", "Times the store went away since the start.", value=status.outages
+        )
+
+
 def install(app: FastAPI, rt: Runtime) -> CollectorRegistry:
     """Serve ``rt``'s metrics at ``GET /metrics`` from a registry of the app's own."""
     registry = CollectorRegistry()
     registry.register(FleetCollector(rt))
     registry.register(ShedCollector(app))
+    registry.register(StoreCollector(rt.db.status))
 
     @app.get("/metrics", include_in_schema=False)
     def metrics() -> Response:

@@ -102,7 +102,9 @@ class FakeClient:
             time.sleep(0.01)
         return self._answer("events", (job_id, after), page)  # type: ignore[no-any-return]
 
-    def submit(self, req: SubmitRequest, idempotency_key: str | None = None) -> SubmitReply:
+    def submit(
+        self, req: SubmitRequest, idempotency_key: str | None = None, *_: object
+    ) -> SubmitReply:
         return self._answer("submit", (req, idempotency_key), self.submitted)  # type: ignore[no-any-return]
 
 

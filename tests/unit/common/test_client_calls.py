@@ -83,9 +83,11 @@ def connect(servers: Servers, addresses: str, token: str | None = "tok") -> Clie
 
 @pytest.fixture(autouse=True)
 def no_waiting(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """The client's sleeps are recorded, never slept."""
+    """The client's sleeps are recorded, never slept; its clock moves on by what it would
+    have slept."""
     waits: list[float] = []
-    monkeypatch.setattr(client_module, "time", SimpleNamespace(sleep=waits.append))
+    clock = SimpleNamespace(sleep=waits.append, monotonic=lambda: sum(waits))
+    monkeypatch.setattr(client_module, "time", clock)
     return waits
 
 
