@@ -26,7 +26,7 @@ from typing import Protocol
 
 import numpy as np
 
-from boltforge.core.billing.meter import pool_dollars
+from boltforge.core.billing.meter import grant_dollars
 from boltforge.core.cycle import Snapshot, gpus_by_pool, run_cycle, schedule_arrival
 from boltforge.core.decisions import CycleResult, Evict, Reserve, Resize
 from boltforge.core.model.state import Allocation, FleetState, Grant
@@ -185,7 +185,6 @@ class Simulation:
         self.seq = 0
         self.arrivals_left = 0
         self.repairs_left = 0
-        self.prices = {pool.name: pool.price_per_gpu_hour for pool in tree.pools}
         self.every_host = np.ones(len(tree.host_gpus), dtype=np.bool_)
         self.now = 0.0
         self.done = 0
@@ -591,12 +590,9 @@ class Simulation:
         record.allocated_gpu_s += held
         record.productive_gpu_s += useful
         record.lost_gpu_s += lost
-        pools: dict[str, int] = {}
-        for g in live.run.allocation.grants:
-            name = self.tree.pool_of(g.host).name
-            pools[name] = pools.get(name, 0) + len(g.gpus)
+        grants, start = live.run.allocation.grants, live.segment.start
         by_pool = self.result.dollars_by_pool
-        for name, dollars in pool_dollars(pools, self.prices, live.segment.start, self.now).items():
+        for name, dollars in grant_dollars(self.tree, grants, start, self.now).items():
             record.dollars += dollars
             by_pool[name] = by_pool.get(name, 0.0) + dollars
         if self.policy.ordering == Ordering.FAIR:

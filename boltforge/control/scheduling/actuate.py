@@ -4,7 +4,7 @@ wait. Nothing here talks to a node; the caller commits, then wakes the nodes it 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -18,11 +18,10 @@ from boltforge.control.scheduling.world import World
 from boltforge.control.store.db import by_key
 from boltforge.control.store.mirror import stage
 from boltforge.control.store.models import HELD, JobRow, ReplicaRow, RunRow
-from boltforge.core.billing.meter import dollars_per_hour
+from boltforge.core.billing.meter import hourly_price
 from boltforge.core.decisions import Bind, CycleResult, Evict, Resize, Waiting
 from boltforge.core.model.levels import Level
 from boltforge.core.model.state import Grant
-from boltforge.core.model.topology import TopologyTree
 from boltforge.core.placement.explain import describe
 from boltforge.ranges import hostlist
 
@@ -293,22 +292,6 @@ def _new_epoch(
         )
     )
     return [slot.node for slot in slots], gpus
-
-
-def hourly_price(tree: TopologyTree, grants: Sequence[Grant]) -> float:
-    """What ``grants`` cost per hour: their GPUs at their pools' prices per GPU-hour, plus
-    their CPUs at their pools' prices per vCPU-hour. A share of a GPU costs its part of the
-    GPU (``Share.weight``: a MIG instance's compute slices of seven, or its fraction)."""
-    gpu_prices = {pool.name: pool.price_per_gpu_hour for pool in tree.pools}
-    cpu_prices = {pool.name: pool.price_per_vcpu_hour for pool in tree.pools}
-    cpus: dict[str, float] = {}
-    gpus: dict[str, float] = {}
-    for g in grants:
-        name = tree.host_lists.pool_name[g.host]
-        cpus[name] = cpus.get(name, 0.0) + g.cpus
-        held = len(g.gpus) if g.share is None else g.share.weight
-        gpus[name] = gpus.get(name, 0.0) + held
-    return dollars_per_hour(gpus, gpu_prices) + dollars_per_hour(cpus, cpu_prices)
 
 
 def _slot(world: World, rank: int, g: Grant) -> Slot:

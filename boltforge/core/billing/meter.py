@@ -20,17 +20,21 @@ A stretch straddling the window's start counts pro rata: only its seconds inside
 So the meters of consecutive windows add up to the meter of their union, and the dollars of
 every job add up to the GPU-hours of every pool times its price.
 
-Dollars have one formula, shared by the server and the simulator: a stretch's
-``dollars_per_hour`` is the sum over its pools of GPUs times the pool's price per GPU-hour (the
-function ``dollars_per_hour``), and ``meter_stretch`` turns that into dollars over the time
-held. The server stores the rate on each run; the simulator meters each segment it ends, pool
-by pool, with ``pool_dollars``.
+Dollars have one formula, shared by the server and the simulator: what grants hold is
+counted per pool by ``held_by_pool`` (GPUs, a share of a GPU as its part of it, and vCPUs); a
+stretch's ``dollars_per_hour`` is the sum over its pools of GPUs times the pool's price per
+GPU-hour plus vCPUs times its price per vCPU-hour (``hourly_price``), and ``meter_stretch``
+turns that into dollars over the time held. The server stores the rate on each run; the
+simulator meters each segment it ends, pool by pool, with ``grant_dollars``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+from boltforge.core.model.state import Grant
+from boltforge.core.model.topology import TopologyTree
 
 ENDS_CLEANLY = frozenset({"succeeded", "cancelled"})
 
@@ -131,7 +135,7 @@ def dollars_per_hour(gpus_by_pool: Mapping[str, float], prices: Mapping[str, flo
 
 
 def pool_dollars(
-    gpus_by_pool: Mapping[str, int],
+    gpus_by_pool: Mapping[str, float],
     prices: Mapping[str, float],
     started_at: float,
     ended_at: float,
@@ -145,6 +149,51 @@ def pool_dollars(
         held = Stretch(gpus, rate, started_at, ended_at)
         out[pool] = meter_stretch(held, started_at, ended_at).dollars
     return out
+
+
+def held_by_pool(
+    tree: TopologyTree, grants: Iterable[Grant]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """GPUs and vCPUs per pool name that ``grants`` hold, as they are priced: a share of a
+    GPU counts its part of the GPU (``Share.weight``: a MIG instance's compute slices of
+    seven, or its fraction). Quotas count differently (a share as one GPU, so shares never
+    let a queue past its quota: ``core.cycle.gpus_by_pool``)."""
+    gpus: dict[str, float] = {}
+    cpus: dict[str, float] = {}
+    pool_name = tree.host_lists.pool_name
+    for g in grants:
+        name = pool_name[g.host]
+        cpus[name] = cpus.get(name, 0.0) + g.cpus
+        gpus[name] = gpus.get(name, 0.0) + (len(g.gpus) if g.share is None else g.share.weight)
+    return gpus, cpus
+
+
+def hourly_price(tree: TopologyTree, grants: Iterable[Grant]) -> float:
+    """What ``grants`` cost per hour: their GPUs at their pools' prices per GPU-hour plus
+    their vCPUs at their pools' prices per vCPU-hour (``held_by_pool``)."""
+    gpus, cpus = held_by_pool(tree, grants)
+    return dollars_per_hour(gpus, _gpu_prices(tree)) + dollars_per_hour(cpus, _cpu_prices(tree))
+
+
+def grant_dollars(
+    tree: TopologyTree, grants: Iterable[Grant], started_at: float, ended_at: float
+) -> dict[str, float]:
+    """Dollars per pool for holding ``grants`` over ``[started_at, ended_at]``, GPUs and
+    vCPUs at their pools' prices (``pool_dollars`` of each). Their sum is
+    ``hourly_price`` over the same time."""
+    gpus, cpus = held_by_pool(tree, grants)
+    out = pool_dollars(gpus, _gpu_prices(tree), started_at, ended_at)
+    for pool, dollars in pool_dollars(cpus, _cpu_prices(tree), started_at, ended_at).items():
+        out[pool] = out.get(pool, 0.0) + dollars
+    return out
+
+
+def _gpu_prices(tree: TopologyTree) -> dict[str, float]:
+    return {pool.name: pool.price_per_gpu_hour for pool in tree.pools}
+
+
+def _cpu_prices(tree: TopologyTree) -> dict[str, float]:
+    return {pool.name: pool.price_per_vcpu_hour for pool in tree.pools}
 
 
 def interrupted(
