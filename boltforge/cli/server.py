@@ -22,6 +22,7 @@ from boltforge.control.runtime import ServerConfig
 from boltforge.control.store.db import Database, default_url
 from boltforge.control.store.leadership import LeaseTimes
 from boltforge.control.store.models import TokenRow
+from boltforge.control.store.urls import check_store, store_url
 from boltforge.core.health import HealthRules, StragglerAction
 from boltforge.core.policy import POLICIES
 from boltforge.core.preempt.victims import PreemptRules
@@ -41,7 +42,9 @@ def server_command(
         typer.Option(
             envvar="BOLT_DB",
             help="Store URL (default: SQLite under the user's data directory), e.g. "
-            "postgresql+psycopg://user@host/db. Set BOLT_DB instead when it holds a password: "
+            "postgresql+psycopg://user@host/db, or libpq's multi-host form "
+            "'host=a,b dbname=db user=u target_session_attrs=read-write' (a promoted standby "
+            "is found without a restart). Set BOLT_DB instead when it holds a password: "
             "a command line is visible to every user of the host.",
         ),
     ] = None,
@@ -345,7 +348,7 @@ def server_command(
     admin_token = read_token(ADMIN_TOKEN, admin_token, admin_token_file)
     agent_token = read_token(AGENT_TOKEN, agent_token, agent_token_file)
     forget_env()
-    url = db or default_url()
+    url = _store(db) if db else default_url()
     home = Path(user_data_dir("boltforge"))
     admin_token = admin_token or _first_admin_token(url, home)
     config = ServerConfig(
@@ -519,6 +522,24 @@ def _seconds(option: str, text: str) -> float:
             highlight=False,
         )
         raise typer.Exit(2) from None
+
+
+def _store(db: str) -> str:
+    """``--db`` as a SQLAlchemy URL, checked by connecting once; a store that cannot be used
+    is one line naming the setting and the fix, exit 2, before anything starts."""
+    try:
+        url = store_url(db)
+    except ValueError as e:
+        _bad_store(str(e))
+    problem = check_store(url)
+    if problem is not None:
+        _bad_store(problem)
+    return url
+
+
+def _bad_store(message: str) -> NoReturn:
+    errors.print(f"[bold red]error[/] {escape(message)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
 
 
 def _first_admin_token(url: str, home: Path) -> str | None:
