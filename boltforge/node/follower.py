@@ -126,7 +126,10 @@ class Heartbeats:
         leases in ``leases``. The next renewal is due after the shortest ``heartbeat_s``.
         The caller handles ``lost`` (register those nodes again) and each lease's ``stop``
         (replicas to stop at once). Raises ``AgentClientError`` when the reply did not
-        come back: the caller lists its ``changed`` nodes again next time."""
+        come back: the caller lists its ``changed`` nodes again next time. With no lease
+        (all were let go meanwhile) it sends nothing."""
+        if not leases:
+            return HeartbeatsReply()
         every = min(lease.heartbeat_s for lease in leases.values())
         self.next_at = now + every
         full, listed = now >= self.full_at, set(changed)
