@@ -12,6 +12,9 @@ from boltforge.core.billing.meter import (
     Meter,
     Stretch,
     dollars_per_hour,
+    grant_dollars,
+    held_by_pool,
+    hourly_price,
     interrupted,
     last_checkpoint,
     meter_job,
@@ -26,7 +29,8 @@ from boltforge.core.model.workload import Job
 from boltforge.core.policy import Ordering, Policy
 from boltforge.core.queueing.estimates import CAPACITY_BASIS, fill_estimates
 from boltforge.core.queueing.ordering import las_queue, order_jobs
-from boltforge.testing.builders import make_fleet, make_gang
+from boltforge.core.sharing.share import Share
+from boltforge.testing.builders import make_fleet, make_gang, make_pool
 
 TIMES = st.integers(0, 10_000).map(float)
 
@@ -382,3 +386,24 @@ def test_capacity_estimates_ignore_past_ends_and_cordoned_free_gpus() -> None:
         ].estimated_start
         is None
     )
+
+
+def test_the_server_rate_and_the_simulator_charge_price_the_same_grants_alike() -> None:
+    """A whole-GPU replica with vCPUs on one pool and a quarter of a GPU on a CPU-priced
+    pool: the hourly rate the server stores and what the simulator charges for an hour
+    agree, a share costs its part of its GPU, and vCPUs cost their pool's price."""
+    gpu = make_pool("h100", price=4.0)
+    cheap = dataclasses.replace(make_pool("l4", price=1.0), price_per_vcpu_hour=0.05)
+    tree = make_fleet(pools=[gpu, cheap], racks=1, hosts=1)
+    l4_host = tree.host_lists.pool_name.index("l4")
+    grants = [
+        Grant("worker", 0, 0, (0, 1), cpus=16.0),
+        Grant("worker", 1, l4_host, (), cpus=4.0, share=Share(gpu=0, fraction=0.25, weight=0.25)),
+    ]
+    gpus, cpus = held_by_pool(tree, grants)
+    assert gpus == {"h100": 2.0, "l4": 0.25} and cpus == {"h100": 16.0, "l4": 4.0}
+    rate = hourly_price(tree, grants)
+    assert rate == pytest.approx(2 * 4.0 + 0.25 * 1.0 + 4 * 0.05)
+    charged = grant_dollars(tree, grants, 0.0, 3600.0)
+    assert charged == pytest.approx({"h100": 8.0, "l4": 0.25 + 0.2})
+    assert sum(charged.values()) == pytest.approx(rate)
