@@ -25,6 +25,7 @@ from boltforge.cli.remote import (
     until,
 )
 from boltforge.client import ApiFailure, Client
+from boltforge.wire.gpuamount import gpu_amount
 from boltforge.wire.jobs import TERMINAL, DeadlineOutlook, JobDetail
 
 JobArg = Annotated[str, typer.Argument(help="Job id (an array task is 42_3).", show_default=False)]
@@ -90,7 +91,8 @@ def headline(d: JobDetail) -> str:
 
 def _facts(d: JobDetail) -> str:
     now = time.time()
-    parts = [f"{d.gpus} GPU(s) in {d.replicas} replica(s)", f"submitted {ago(d.submitted_at, now)}"]
+    amount = gpu_amount(d.gpus, d.gpu_part, d.replicas)
+    parts = [f"{amount} in {d.replicas} replica(s)", f"submitted {ago(d.submitted_at, now)}"]
     if d.started_at is not None:
         parts.append(f"started {ago(d.started_at, now)}")
     if d.finished_at is not None:

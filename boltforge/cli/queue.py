@@ -23,6 +23,7 @@ from boltforge.cli.remote import (
     until,
 )
 from boltforge.ranges import ranges
+from boltforge.wire.gpuamount import gpu_amount
 from boltforge.wire.jobs import TERMINAL, JobList, JobState, JobSummary, TeamLoad
 
 WAITING = ("pending", "requeued")
@@ -120,7 +121,7 @@ def queue_table(rows: list[Row], now: float) -> Table:
             cell(j.team),
             j.priority_name,
             j.state,
-            str(j.gpus),
+            gpu_amount(j.gpus, j.gpu_part, j.replicas, unit=False),
             "-" if j.position is None else str(j.position + 1),
             _start(j, now),
             cell(j.reason or "-" if j.state in WAITING else j.nodes or "-"),

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from boltforge.client import ApiFailure, Client
+from boltforge.wire.gpuamount import gpu_amount
 from boltforge.wire.jobs import TERMINAL, EventOut
 
 POLL_S = 20.0
@@ -142,6 +143,6 @@ def describer(client: Client) -> Callable[[str], str]:
             d = client.job(job)
         except ApiFailure:
             return f"{job} (another team)"
-        return f"{job} ({d.team}, {d.gpus} GPUs)"
+        return f"{job} ({d.team}, {gpu_amount(d.gpus, d.gpu_part, d.replicas)})"
 
     return describe

@@ -15,6 +15,7 @@ from boltforge.cli.queue import ALL_STATES
 from boltforge.cli.remote import CaOpt, JsonOpt, ServerOpt, TokenOpt, api_errors, connect, fail
 from boltforge.cli.story import Story, describer
 from boltforge.client import RETRY_FOR_S, Client
+from boltforge.wire.gpuamount import gpu_amount
 from boltforge.wire.jobs import TERMINAL, JobDetail, SubmitReply, SubmitRequest
 
 
@@ -112,16 +113,18 @@ def _print_reply(reply: SubmitReply, json: bool) -> None:
     for warning in reply.warnings:
         errors.print(f"[bold yellow]warning[/] {escape(warning)}", highlight=False, soft_wrap=True)
     job = reply.job
+    amount = gpu_amount(job.gpus, job.gpu_part)
     again = "" if reply.created else " (already submitted with this idempotency key)"
     if reply.tasks:
         array_id = reply.tasks[0].partition("_")[0]
         console.print(
             f"submitted array job {array_id}: {len(reply.tasks)} task(s) "
-            f"{array_id}_[{job.array}] of {job.gpus} GPU(s) each{again}",
+            f"{array_id}_[{job.array}] of {amount} each{again}",
             highlight=False,
         )
         return
-    console.print(f"submitted job {job.id} ({job.name}, {job.gpus} GPU(s)){again}", highlight=False)
+    amount = gpu_amount(job.gpus, job.gpu_part, job.replicas)
+    console.print(f"submitted job {job.id} ({job.name}, {amount}){again}", highlight=False)
 
 
 def _wait_job(client: Client, job_id: str, json: bool) -> bool:

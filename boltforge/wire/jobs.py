@@ -88,7 +88,10 @@ class EventOut(_Reply):
 class JobSummary(_Reply):
     """A row of ``bolt queue``. ``position`` is the place in line (pending jobs only),
     ``reason`` why it waits (quota, topology, capacity, reservation-ahead, ...) and
-    ``estimated_start`` when it should start (seconds since the epoch), where known."""
+    ``estimated_start`` when it should start (seconds since the epoch), where known.
+    ``gpu_part``: each replica's part of one GPU when it asks for part of one instead of
+    whole ones (``gpus`` is then 0): the fraction (``0.25``) or the MIG profile
+    (``1g.10gb``); see ``wire.gpuamount``."""
 
     id: str
     name: str
@@ -99,6 +102,7 @@ class JobSummary(_Reply):
     priority_name: str
     state: JobState
     gpus: int
+    gpu_part: str = ""
     replicas: int
     submitted_at: float
     started_at: float | None = None

@@ -49,6 +49,18 @@ export function num(value, digits = 0) {
   });
 }
 
+// A job's GPUs, as `bolt` prints them (boltforge/wire/gpuamount.py): "8 GPU(s)", or for a
+// job on parts of one GPU (gpu_part) "0.25 GPU", "4 x 0.25 GPU", "MIG 1g.10gb"; without the
+// unit, for a table column: "8", "0.25", "4x0.25", "1g.10gb".
+export function gpuAmount(job, unit = true) {
+  const part = job.gpu_part || "";
+  if (job.gpus || !part) return unit ? `${job.gpus} GPU(s)` : String(job.gpus);
+  const mig = part.includes("g");
+  const each = unit ? (mig ? `MIG ${part}` : `${part} GPU`) : part;
+  if (job.replicas <= 1) return each;
+  return unit ? `${job.replicas} x ${each}` : `${job.replicas}x${each}`;
+}
+
 // A 0-based queue position shown 1-based; "-" when none.
 export function position(pos) {
   return pos === null || pos === undefined ? "-" : String(pos + 1);

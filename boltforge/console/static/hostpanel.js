@@ -3,7 +3,9 @@
 
 import * as api from "./api.js";
 import { h, itemsOr } from "./dom.js";
-import { colourOf, FREE_COLOUR, num, pct, relTime, absTime, stateClass } from "./format.js";
+import {
+  colourOf, FREE_COLOUR, gpuAmount, num, pct, relTime, absTime, stateClass,
+} from "./format.js";
 import { Refresher } from "./live.js";
 
 const ACTIONS = [["cordon", "Cordon"], ["drain", "Drain"], ["uncordon", "Uncordon"]];
@@ -33,7 +35,7 @@ function jobLink(job) {
       job.id),
     ` ${job.name} `,
     h("span", { className: stateClass(job.state) }, job.state),
-    h("span", { className: "muted" }, ` ${job.team} · ${job.gpus} GPUs`));
+    h("span", { className: "muted" }, ` ${job.team} · ${gpuAmount(job)}`));
 }
 
 export class HostPanel {

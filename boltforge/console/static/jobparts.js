@@ -4,7 +4,7 @@
 import { h, empty } from "./dom.js";
 import { hBar } from "./charts.js";
 import {
-  absTime, colourOf, dollars, duration, num, pct, position, relTime, seconds,
+  absTime, colourOf, dollars, duration, gpuAmount, num, pct, position, relTime, seconds,
 } from "./format.js";
 
 const WAITING = new Set(["pending", "requeued"]);
@@ -24,7 +24,7 @@ export function facts(job) {
   return h("div", { className: "facts-grid" },
     fact("Team", job.team), fact("User", job.user || "-"), fact("Project", job.project || "-"),
     fact("Priority", `${job.priority_name} (${job.priority})`),
-    fact("GPUs", `${job.gpus} in ${job.replicas} replica(s)`),
+    fact("GPUs", `${gpuAmount(job)} in ${job.replicas} replica(s)`),
     fact("Nodes", job.nodes || "-"),
     timeFact("Submitted", job.submitted_at), timeFact("Started", job.started_at),
     timeFact("Finished", job.finished_at), fact("Runtime", ran),

@@ -3,7 +3,7 @@
 
 import * as api from "./api.js";
 import { h, card, table, emptyRow } from "./dom.js";
-import { duration } from "./format.js";
+import { duration, gpuAmount } from "./format.js";
 import { Refresher } from "./live.js";
 import * as cells from "./jobcells.js";
 
@@ -25,7 +25,7 @@ function row(job) {
     h("td", null, job.user || "-"),
     cells.priorityCell(job),
     cells.stateCell(job.state),
-    h("td", { className: "num" }, job.gpus),
+    h("td", { className: "num" }, gpuAmount(job, false)),
     cells.timeCell(job.submitted_at, "-"),
     h("td", null, runtime(job)),
     h("td", { className: "num" }, job.preemptions || 0),

@@ -4,7 +4,7 @@
 
 import * as api from "./api.js";
 import { h, card, table, empty, emptyRow } from "./dom.js";
-import { num, position } from "./format.js";
+import { gpuAmount, num, position } from "./format.js";
 import { Refresher } from "./live.js";
 import * as cells from "./jobcells.js";
 
@@ -26,7 +26,7 @@ function row(job) {
     h("td", null, job.team),
     cells.priorityCell(job),
     cells.stateCell(job.state),
-    h("td", { className: "num" }, job.gpus),
+    h("td", { className: "num" }, gpuAmount(job, false)),
     h("td", { className: "reason" }, waiting ? (job.reason || "-") : (job.nodes || "-")),
     start,
   ]);

@@ -25,6 +25,7 @@ from boltforge.spec.job import PRIORITY_CLASSES, JobSpec, parse_job
 from boltforge.spec.loader import parse_yaml
 from boltforge.spec.resolve import to_gang
 from boltforge.spec.teams import TeamsSpec
+from boltforge.wire.gpuamount import gpu_amount, gpu_part
 from boltforge.wire.jobs import SubmitRequest
 
 MAX_TASKS = 10_000
@@ -206,8 +207,9 @@ def job_rows(
 
 def queued_message(row: dict[str, Any]) -> str:
     """The first line of a job's timeline."""
-    gpus, replicas = row["gpus"], row["replicas"]
-    label = f"{gpus} GPU(s) in {replicas} replica(s)" if gpus else f"{replicas} replica(s)"
+    gpus, replicas, part = row["gpus"], row["replicas"], gpu_part(row.get("spec") or {})
+    amount = gpu_amount(gpus, part, replicas)
+    label = f"{amount} in {replicas} replica(s)" if gpus or part else f"{replicas} replica(s)"
     word = PRIORITY_NAMES[row["priority"]]
     return f"queued: {label} for team {row['team']}, priority {word}"
 

@@ -13,6 +13,7 @@ from boltforge.control.scheduling.world import degraded
 from boltforge.control.store.models import HELD, EventRow, JobRow, NodeRow, ReplicaRow
 from boltforge.control.views.billing import job_meter
 from boltforge.ranges import hostlist
+from boltforge.wire.gpuamount import gpu_part
 from boltforge.wire.jobs import EventOut, JobDetail, JobSummary, NodeOut, ReplicaOut
 
 
@@ -39,6 +40,7 @@ def _summary(column: Callable[[str], Any], nodes: list[str]) -> JobSummary:
         priority_name=PRIORITY_NAMES.get(priority, str(priority)),
         state=column("state"),
         gpus=column("gpus"),
+        gpu_part=gpu_part(column("spec") or {}),
         replicas=column("replicas"),
         submitted_at=column("submitted_at"),
         started_at=column("started_at"),

@@ -985,7 +985,7 @@ def test_the_describer_names_team_and_size_or_hides_another_teams_job(
 ) -> None:
     fake.details["1"] = detail("1", gpus=32)
     describe = describer(fake)  # type: ignore[arg-type]
-    assert describe("1") == "1 (research, 32 GPUs)"
+    assert describe("1") == "1 (research, 32 GPU(s))"
     assert describe("2") == "2 (another team)"
 
 
