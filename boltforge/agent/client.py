@@ -3,13 +3,17 @@
 Every call returns the reply's model or raises one of three errors, which say what to do next:
 ``SessionLost`` (409: register again), ``Refused`` (another 4xx: the request itself is wrong,
 sending it again will not help) and ``Unreachable`` (no answer, a 5xx, or a reply that is not
-the expected body: try again later).
+the expected body: try again later). ``StoreAway``, a kind of ``Unreachable``, is the
+server's 503 while its store is away; reports refused so are sent again in place, after the
+server's ``Retry-After``, for up to ``STORE_WAIT_S``, so they land as soon as it is back.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 from urllib.parse import quote
@@ -34,6 +38,7 @@ from boltforge.wire.agent import (
 )
 
 M = TypeVar("M", bound=BaseModel)
+STORE_WAIT_S = 30.0  # how long a report refused because the server's store is away is resent
 
 
 class AgentClientError(Exception):
@@ -46,6 +51,15 @@ class SessionLost(AgentClientError):
 
 class Unreachable(AgentClientError):
     """No usable answer (connection, timeout, 5xx, malformed body). Retry with backoff."""
+
+
+class StoreAway(Unreachable):
+    """503: the server's store is away; nothing was stored. ``retry_after``: the seconds the
+    server asked to wait before sending again."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class Untrusted(Unreachable):
@@ -133,12 +147,17 @@ class ServerClient:
         return await self._call("GET", path, DesiredChanges, None, wait_s + self.timeout_s)
 
     async def report(self, node: str, body: AgentReport) -> ReportReply:
-        return await self._call("POST", _node(node, "report"), ReportReply, body)
+        """Send ``node``'s report; while the server's store is away, again in place (see
+        the module docstring)."""
+        path = _node(node, "report")
+        return await _patiently(lambda: self._call("POST", path, ReportReply, body))
 
     async def reports(self, reports: dict[str, AgentReport]) -> ReportsReply:
-        """Many nodes' reports in one call (a bridge speaking for a whole cluster)."""
+        """Many nodes' reports in one call (a bridge speaking for a whole cluster); sent
+        again in place while the server's store is away."""
         body = Reports(reports=reports)
-        return await self._call("POST", "/v1/agents/reports", ReportsReply, body)
+        path = "/v1/agents/reports"
+        return await _patiently(lambda: self._call("POST", path, ReportsReply, body))
 
     async def upload_artifact(
         self, node: str, replica: str, name: str, path: Path, sha256: str
@@ -221,15 +240,44 @@ def _node(node: str, what: str) -> str:
     return f"/v1/agents/{quote(node, safe='')}/{what}"
 
 
+async def _patiently(call: Callable[[], Awaitable[M]]) -> M:
+    """``call()``, made again after the server's ``Retry-After`` while it raises
+    ``StoreAway``, for up to ``STORE_WAIT_S``; then its last error is raised."""
+    deadline = time.monotonic() + STORE_WAIT_S
+    while True:
+        try:
+            return await call()
+        except StoreAway as e:
+            if time.monotonic() + e.retry_after > deadline:
+                raise
+            await asyncio.sleep(e.retry_after)
+
+
 def _raise_for(reply: httpx.Response) -> None:
     status = reply.status_code
     if status < 400:
         return
     if status == 409:
         raise SessionLost(_error(reply)[0])
+    away = _store_away(reply)
+    if away is not None:
+        raise away
     if status >= 500 or status in (408, 429):
         raise Unreachable(f"{status} {_error(reply)[0]}")
     raise Refused(status, *_error(reply))
+
+
+def _store_away(reply: httpx.Response) -> StoreAway | None:
+    """The ``StoreAway`` a 503 whose body describes the server's store and that carries a
+    ``Retry-After`` is; None for any other reply."""
+    if reply.status_code != 503:
+        return None
+    try:
+        wait = float(reply.headers.get("retry-after", ""))
+        away = isinstance(reply.json().get("store"), dict)
+    except (ValueError, AttributeError):
+        return None
+    return StoreAway(f"503 {_error(reply)[0]}", min(max(wait, 0.1), 10.0)) if away else None
 
 
 def _error(reply: httpx.Response) -> tuple[str, list[str]]:

@@ -3,6 +3,8 @@ exiting, progress) applied to the store; see ``control/nodes/backend.py`` for th
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
@@ -15,8 +17,11 @@ from boltforge.control.nodes.reports import apply_events, apply_logs, apply_prog
 from boltforge.control.scheduling.actuate import Touched
 from boltforge.control.scheduling.loop import Scheduler
 from boltforge.control.store.batch import Batcher
-from boltforge.control.store.outage import fault_of
+from boltforge.control.store.outage import StoreStatus, fault_of
 from boltforge.wire.agent import AgentReport, Heartbeat, Lease, Registration
+
+REPORT_HOLD_S = 4.0  # how long a report waits for an absent store before its 503
+STORE_POLL_S = 0.1
 
 
 class Feed:
@@ -45,6 +50,8 @@ class Feed:
         """Renew ``node``'s lease; raises ``SessionMismatch`` when its session is not
         current (it must register again)."""
         try:
+            if not self.writes.db.status.available:  # answered at once, from memory
+                raise self.writes.db.status.unavailable()
             lease, touched = await self.writes.write_async(
                 lambda s: protocol.heartbeat(s, node, hb, self.terms, now)
             )
@@ -58,6 +65,8 @@ class Feed:
     async def heartbeats(self, beats: dict[str, Heartbeat], now: float) -> protocol.Renewed:
         """Many nodes' heartbeats (``heartbeat`` each) in one change of the store."""
         try:
+            if not self.writes.db.status.available:  # answered at once, from memory
+                raise self.writes.db.status.unavailable()
             renewed = await self.writes.write_async(
                 lambda s: protocol.heartbeats(s, beats, self.terms, now)
             )
@@ -126,6 +135,7 @@ class Feed:
                 out.touched |= touched
             return out
 
+        await _store_back(self.writes.db.status, REPORT_HOLD_S)
         done = await self.writes.write_async(change, _reads(batch))
         events = [ev for n, body in batch.items() if n not in done.lost for ev in body.events]
         if events:
@@ -133,6 +143,14 @@ class Feed:
         if any(ev.kind != "started" for ev in events):
             self.scheduler.wake()  # GPUs freed or a job ended: the plan may change
         return done
+
+
+async def _store_back(status: StoreStatus, limit_s: float) -> None:
+    """Wait while the store is away, up to ``limit_s``: a report held here is applied as
+    soon as the store is back, rather than after its agent's next retry."""
+    deadline = time.monotonic() + limit_s
+    while not status.available and time.monotonic() < deadline:
+        await asyncio.sleep(STORE_POLL_S)
 
 
 @dataclass
