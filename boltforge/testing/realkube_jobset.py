@@ -133,6 +133,45 @@ def _register(kube: RealKube, port: int, ca: bytes) -> None:
     )
 
 
+# A JobSet only the controller's defaulting webhook gives ``spec.network``: created as a
+# dry run, it shows whether the API server calls the webhook yet.
+PROBE = {
+    "apiVersion": "jobset.x-k8s.io/v1alpha2",
+    "kind": "JobSet",
+    "metadata": {"name": "boltforge-webhook-probe", "namespace": "default"},
+    "spec": {
+        "replicatedJobs": [
+            {
+                "name": "probe",
+                "template": {
+                    "spec": {
+                        "template": {
+                            "spec": {
+                                "restartPolicy": "Never",
+                                "containers": [{"name": "probe", "image": "probe"}],
+                            }
+                        }
+                    }
+                },
+            }
+        ]
+    },
+}
+
+
+def _defaulted(kube: RealKube) -> bool:
+    """Whether a JobSet created now is defaulted by the controller's webhook (the API server
+    takes up new webhook configurations a moment after they are created, and may still call
+    the URL of a controller stopped before: an error)."""
+    try:
+        made = client.CustomObjectsApi(kube.api).create_namespaced_custom_object(
+            "jobset.x-k8s.io", "v1alpha2", "default", "jobsets", PROBE, dry_run="All"
+        )
+    except client.ApiException:
+        return False
+    return bool((made.get("spec") or {}).get("network"))
+
+
 def _unregister(kube: RealKube) -> None:
     api = client.AdmissionregistrationV1Api(kube.api)
     for delete in (
@@ -149,9 +188,10 @@ def _unregister(kube: RealKube) -> None:
 @contextlib.contextmanager
 def jobset_controller(kube: RealKube, timeout: float = 120.0) -> Iterator[Proc]:
     """The JobSet controller running against ``kube`` (its log is ``jobset-controller`` in
-    ``kube.logs``), with the CRD installed and its JobSet webhooks registered; on exit the
-    webhooks are removed (a JobSet made then is neither defaulted nor checked) and the
-    controller stopped. The CRD stays. Raises ``KubeNotBuilt`` when it is not built."""
+    ``kube.logs``), with the CRD installed and its JobSet webhooks registered and called by
+    the API server; on exit the webhooks are removed (a JobSet made then is neither defaulted
+    nor checked) and the controller stopped. The CRD stays. Raises ``KubeNotBuilt`` when it
+    is not built."""
     from boltforge.testing.realkube import KubeNotBuilt
 
     where = jobset_dir()
@@ -179,6 +219,7 @@ def jobset_controller(kube: RealKube, timeout: float = 120.0) -> Iterator[Proc]:
 
         wait_until(ready, timeout, "the JobSet controller to be ready")
         _register(kube, webhook_port, ca.read_bytes())
+        wait_until(lambda: _defaulted(kube), timeout, "the API server to call JobSet's webhook")
         yield proc
     finally:
         with contextlib.suppress(Exception):
