@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from boltforge.agent.client import AgentClientError
 from boltforge.node.backend import NodeBackend
 from boltforge.node.converge import never_started, plan
 from boltforge.node.follower import DesiredFollower, Heartbeats, NodeServer, ReportOutbox
@@ -154,11 +155,15 @@ class NodeDriver:
                 await self.backend.stop(node, replica, None)
 
     async def run(self, every_s: float = 0.5) -> None:
-        """Follow the server and step every ``every_s`` until cancelled."""
+        """Follow the server and step every ``every_s`` until cancelled. A step the server
+        did not answer is logged and the next one tries again (what was not sent waits)."""
         follow = asyncio.create_task(self.follow())
         try:
             while True:
-                await self.step()
+                try:
+                    await self.step()
+                except (AgentClientError, OSError) as e:
+                    log.warning("node step failed, retrying: %s", e)
                 await asyncio.sleep(every_s)
         finally:
             follow.cancel()

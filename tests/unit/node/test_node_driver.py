@@ -185,3 +185,26 @@ def test_a_batch_put_back_goes_ahead_of_what_was_queued_since() -> None:
     outbox.add("m0", later)
     outbox.put_back(batch)
     assert outbox["m0"] == [first, later]
+
+
+def test_a_running_driver_rides_out_a_report_that_did_not_go_through(bench: Bench) -> None:
+    job = bench.fleet.submit(make_spec("train", 8))
+    bench.server.fail_reports = 1
+
+    async def until_running() -> None:
+        task = asyncio.create_task(bench.driver.run(every_s=0.01))
+        try:
+            for _ in range(2000):
+                await asyncio.sleep(0.01)
+                for node, replica in bench.nodes.replicas():
+                    if not bench.nodes.held[node][replica].up:
+                        bench.nodes.up(node, replica, bench.fleet.clock())
+                if bench.server.fail_reports == 0 and bench.server.count("reports"):
+                    break
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    bench.run(until_running)
+    bench.fleet.settle()
+    assert bench.state(job) == "running"
