@@ -7,23 +7,24 @@ PriorityClasses and PodDisruptionBudgets in memory. While this replica holds the
 1. registers every Ready node with its inventory (``translate.inventory``) over the agent
    protocol, and again whenever that inventory changes (GPUs, GPU feature discovery's and
    topology labels that arrive after the node is Ready), and renews their leases in one
-   batched heartbeat, sent beside the pass so that binding never waits for it; a node that
-   is not Ready is let go (its lease runs out and the server writes its replicas off); an
-   unschedulable node, or one with a taint none of the scheduler's pods tolerates, is
-   cordoned;
+   batched heartbeat (``node.follower.Heartbeats``), sent beside the pass so that binding
+   never waits for it; a node that is not Ready is let go (its lease runs out and the
+   server writes its replicas off); an unschedulable node, or one with a taint none of the
+   scheduler's pods tolerates, is cordoned;
 2. submits each gang whose pods are all there (``gangs.py``; gated pods do not count) as a
    Boltforge job limited to the pools whose nodes its pods may run on (``fit.py``), keyed so
    a gang is never submitted twice, whichever replica submits it, and submitted again as its
    next attempt when its job ended and its controller made new pods;
-3. carries out the server's intent, which it follows with one long-poll for all nodes: a
-   gang bound to nodes has its pods bound there through ``pods/binding`` (all of them, or
-   none until every pod exists); a replica to stop has its pod evicted through the Eviction
-   API, unless its PodDisruptionBudgets refuse it now (``budgets.py``: then it waits for
-   them to change);
-4. reports what the kubelet did (beside the pass, one sending at a time): Running is
-   ``started``, Succeeded or Failed is ``exited`` with the exit code, a pod its kubelet
-   refused is ``exited`` by its node (requeued), a pod gone after its eviction is
-   ``exited`` by the checkpoint signal;
+3. carries out the server's intent, which it follows with one long-poll for all nodes
+   (``node.follower.DesiredFollower``, as the Slurm bridge does): a gang bound to nodes has
+   its pods bound there through ``pods/binding`` (all of them, or none until every pod
+   exists); the pods of the replicas to stop are evicted together through the Eviction
+   API, unless their PodDisruptionBudgets refuse it now (``budgets.py``: then they wait for
+   the budgets to change);
+4. reports what the kubelet did (beside the pass, one sending at a time, through the shared
+   ``node.follower.ReportOutbox``): Running is ``started``, Succeeded or Failed is
+   ``exited`` with the exit code, a pod its kubelet refused is ``exited`` by its node
+   (requeued), a pod gone after its eviction is ``exited`` by the checkpoint signal;
 5. writes why each waiting pod waits (``words.py``: ``PodScheduled=False`` and a
    ``FailedScheduling`` event) and, for every pod it binds, a ``Scheduled`` event naming the
    placement.
