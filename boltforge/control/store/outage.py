@@ -24,7 +24,7 @@ from sqlalchemy import exc as sa_exc
 
 log = logging.getLogger("boltforge.store")
 REMIND_S = 60.0  # how often a store that stays away is logged again
-RETRY_AFTER_S = 2  # what a 503 tells clients to wait before sending again
+RETRY_AFTER_S = 1  # what a 503 tells clients to wait before sending again
 UNREACHABLE, READ_ONLY, DISK_FULL, LOCKED = "unreachable", "read-only", "disk full", "locked"
 
 # PostgreSQL SQLSTATEs by what they mean for the server (class 08: connection exceptions).
