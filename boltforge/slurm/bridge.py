@@ -5,8 +5,9 @@ Each pass (every ``poll_s``, or at once when a node's desired state changes) it:
 1. reads ``squeue`` (and, every ``nodes_every_s``, ``sinfo``) for the managed partitions;
 2. registers each responding node with its inventory and what it runs, and renews every
    node's lease in one batched heartbeat (``node.follower.Heartbeats``); a node Slurm says
-   is down is let go, so its lease runs out and the server writes its replicas off; a
-   draining node is cordoned;
+   is down is let go: the gangs with a replica there are reported ended by their node
+   (Slurm ends or requeues its jobs) and, once that report went out, its lease is dropped,
+   so the server marks it dead; a draining node is cordoned;
 3. submits each held job it has not seen as a gang (a job it cannot take gets the reason
    in its comment and stays held); the Boltforge job id is kept in the job's admin comment,
    so a restarted bridge finds it again and nothing is submitted twice;
@@ -24,6 +25,11 @@ Each pass (every ``poll_s``, or at once when a node's desired state changes) it:
 
 The desired states of all the nodes come from one long-poll beside the passes
 (``node.follower.DesiredFollower``), each answer waking a pass.
+
+The Slurm nodes' replicas outlive their leases (``Inventory.replicas_outlive_lease``): a
+bridge away for any length of time ends no job. Started again, it finds the jobs Slurm
+runs from their admin comments and registers each node listing them, and the server takes
+them back as they were (same epoch, no restart).
 
 A job's replicas map to its nodes: replica ``J.E.r`` runs on the ``r``-th node of the
 gang. The bridge never decides where anything runs; it only does what the server's desired
@@ -148,6 +154,7 @@ class SlurmBridge:
         self._following: asyncio.Task[None] | None = None  # the desired-state long-poll
         self._next_nodes = 0.0
         self._next_comments = 0.0
+        self._letting_go: set[str] = set()  # down nodes whose lease goes after the next flush
 
     async def run(self) -> None:
         await self._say_if_accounts_unchecked()
@@ -234,14 +241,27 @@ class SlurmBridge:
     async def _sync_nodes(self) -> None:
         for name, node in self.nodes.items():
             if not node.responding:
-                if self.state.leases.pop(name, None) is not None:
-                    log.warning(
-                        "node %s is %s in Slurm: letting its lease run out", name, node.state
-                    )
+                self._let_go(name, node.state)
                 continue
             if name not in self.state.leases:
                 await self._register(node)
             await self._cordon(node)
+
+    def _let_go(self, name: str, why: str) -> None:
+        """Node ``name`` is down in Slurm (``why``): each gang with a replica there is
+        reported ended by its node (Slurm ends or requeues its job; its next placement gets
+        it held again), and the node's lease is dropped once that report went out."""
+        if name not in self.state.leases or name in self._letting_go:
+            return
+        for sid, gang in list(self.state.gangs.items()):
+            if name not in gang.replicas.values() or gang.stop_by is not None:
+                continue
+            if not gang.started:
+                self._queue(gang.events("started"))
+            self._queue(gang.events("exited", by_node=True))
+            del self.state.gangs[sid]
+        self._letting_go.add(name)
+        log.warning("node %s is %s in Slurm: letting it go", name, why)
 
     async def _register(self, node: SlurmNode) -> None:
         inv = inventory(node, self.partitions[0], self.topology.get(node.name))
@@ -564,6 +584,9 @@ class SlurmBridge:
         events for after it registers again."""
         for node in await self.state.outbox.send(self.agents, self.state.leases):
             self.state.leases.pop(node, None)
+        for node in self._letting_go:
+            self.state.leases.pop(node, None)  # its last events went out: the lease runs out
+        self._letting_go.clear()
 
     # words back
 

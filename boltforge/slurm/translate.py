@@ -20,7 +20,8 @@ class Untranslatable(ValueError):
 
 def inventory(node: SlurmNode, pool: str, switch: str | None) -> Inventory:
     """A Slurm node as a Boltforge node: its rack is its ``topology.conf`` leaf switch, else
-    its ``rack=`` feature, else ``rack0``."""
+    its ``rack=`` feature, else ``rack0``. Its replicas outlive its lease: Slurm runs them,
+    so the bridge being away ends none of them."""
     return Inventory(
         name=node.name,
         pool=pool,
@@ -31,6 +32,7 @@ def inventory(node: SlurmNode, pool: str, switch: str | None) -> Inventory:
         rack=switch or node.feature("rack") or "rack0",
         pod=node.feature("pod") or "pod0",
         address=node.name,
+        replicas_outlive_lease=True,  # Slurm runs them, whether or not the bridge is there
     )
 
 

@@ -30,7 +30,12 @@ class Inventory(_Wire):
     ``node_class`` (gpu, cpu or storage; by default by its GPUs), ``storage_gb`` and
     ``storage_gbps`` (a storage node's local capacity) and ``price_per_vcpu_hour`` are its
     pool's, as in the fleet spec, and so are ``mig`` (its GPUs may be cut into MIG instances)
-    and ``mig_layout`` (how each idle GPU is cut: profile names, from NVML where present)."""
+    and ``mig_layout`` (how each idle GPU is cut: profile names, from NVML where present).
+    ``replicas_outlive_lease``: a workload manager (Slurm) runs the node's replicas, not the
+    process that speaks for it, so they keep running while that process is away: when the
+    node's lease runs out the server marks it dead (no new work) but writes off nothing, and
+    takes back the replicas it lists when it registers again (default: an agent, whose
+    replicas end with it, so they are lost with its lease)."""
 
     name: str = Field(pattern=NAME)
     pool: str = Field("default", pattern=NAME)
@@ -53,6 +58,7 @@ class Inventory(_Wire):
     mig_layout: list[str] = Field([], max_length=7)
     address: str = "127.0.0.1"
     source: Literal["nvml", "declared"] = "declared"
+    replicas_outlive_lease: bool = False
 
 
 class ReplicaStatus(_Wire):
@@ -77,7 +83,8 @@ class Registration(_Wire):
 class Lease(_Wire):
     """The server's answer to a registration or heartbeat. The agent must heartbeat every
     ``heartbeat_s``; if no heartbeat is answered for ``lease_s`` it must stop every replica
-    (fencing). ``stop`` lists replicas the server does not know or has moved past."""
+    (fencing), unless its replicas outlive the lease (``Inventory.replicas_outlive_lease``).
+    ``stop`` lists replicas the server does not know or has moved past."""
 
     node: str
     session: str

@@ -5,9 +5,11 @@ A node is ``ready`` while it heartbeats, ``suspect`` once ``suspect_s`` pass wit
 while its agent shuts down, or once it stopped a replica on its own (it keeps its jobs, gets
 no new ones, until a heartbeat says it is well), and ``dead`` when its lease expires: its
 replicas are lost and their jobs requeue from their last checkpoint (within their restart
-budget, see ``restarts``). A node that comes back registers again. One registering after
-its spot reclaim time (``spot``) is a new instance under the old name: it comes back in
-service, uncordoned, with no reclaim pending.
+budget, see ``restarts``), unless a workload manager runs them (``outlive_lease``: a Slurm
+node, whose bridge being away says nothing about the node): those run on, and the node's
+next registration takes back the ones it lists. A node that comes back registers again.
+One registering after its spot reclaim time (``spot``) is a new instance under the old
+name: it comes back in service, uncordoned, with no reclaim pending.
 """
 
 from __future__ import annotations
@@ -242,7 +244,8 @@ def extend_leases(s: Session, terms: LeaseTerms, now: float) -> None:
 def expire(
     s: Session, terms: LeaseTerms, now: float, names: Iterable[str] | None = None
 ) -> Touched:
-    """Mark silent nodes suspect, and dead once their lease is over (their work requeues).
+    """Mark silent nodes suspect, and dead once their lease is over (their work requeues,
+    unless it outlives the lease: ``outlive_lease``).
     ``names``: only these nodes may be due (the rest are not read)."""
     touched = Touched()
     live = select(NodeRow).where(NodeRow.state.in_(("ready", "suspect")))
@@ -252,6 +255,8 @@ def expire(
         if node.lease_expires_at is not None and now > node.lease_expires_at:
             node.state = "dead"
             touched.nodes.add(node.name)
+            if outlive_lease(node):
+                continue  # they run on; its next registration says which still do
             reps = list(
                 s.scalars(
                     select(ReplicaRow).where(
@@ -269,6 +274,13 @@ def expire(
             node.state = "suspect"
             touched.nodes.add(node.name)
     return touched
+
+
+def outlive_lease(node: NodeRow) -> bool:
+    """Whether ``node``'s replicas keep running when its lease runs out (a workload manager
+    such as Slurm runs them, ``Inventory.replicas_outlive_lease``): they are then not lost
+    with the lease, only with a registration that no longer lists them."""
+    return bool((node.inventory or {}).get("replicas_outlive_lease", False))
 
 
 def desired(mirror: Mirror, name: str) -> DesiredState | None:
