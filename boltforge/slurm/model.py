@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +60,10 @@ class SlurmNode:
 @dataclass(frozen=True)
 class SlurmJob:
     """One job as ``squeue`` shows it. ``gpus_per_node`` from ``--gres=gpu[:type]:N`` or
-    ``--gpus-per-node``; ``gpus_total`` from ``--gpus``; ``time_limit_s`` None for no limit."""
+    ``--gpus-per-node``; ``gpus_total`` from ``--gpus``; ``time_limit_s`` None for no limit.
+    ``cpus`` and ``memory_gb``: what the whole job asks of CPUs and memory, as Slurm totals
+    them from ``-n``, ``-c``/``--cpus-per-task``, ``--mem``, ``--mem-per-cpu`` and
+    ``--mem-per-gpu`` (its defaults included; 0 when it says nothing)."""
 
     id: str
     name: str
@@ -80,6 +84,8 @@ class SlurmJob:
     exit_status: int
     submit_time: int
     priority: int
+    cpus: int = 0
+    memory_gb: float = 0.0
 
     @property
     def held(self) -> bool:
@@ -195,7 +201,28 @@ def _job(j: Mapping[str, Any]) -> SlurmJob:
         exit_status=int(j.get("exit_code") or 0),
         submit_time=int(j.get("submit_time") or 0),
         priority=int(j.get("priority") or 0),
+        **tres_request(str(j.get("tres_req_str") or "")),
     )
+
+
+_MEMORY_UNITS = {"K": 1 / 1024**2, "M": 1 / 1024, "G": 1.0, "T": 1024.0}
+
+
+def tres_request(text: str) -> dict[str, Any]:
+    """``cpus`` and ``memory_gb`` of a job's TRES request (``cpu=4,mem=1.50G,node=1``;
+    memory in K, M, G or T, megabytes when unmarked); a resource it does not name is left
+    out."""
+    out: dict[str, Any] = {}
+    for part in text.split(","):
+        key, _, value = part.strip().partition("=")
+        if key == "cpu" and value.isdigit():
+            out["cpus"] = int(value)
+        elif key == "mem" and value:
+            unit = value[-1].upper() if value[-1].isalpha() else "M"
+            number = value[:-1] if value[-1].isalpha() else value
+            with suppress(ValueError, KeyError):
+                out["memory_gb"] = float(number) * _MEMORY_UNITS[unit]
+    return out
 
 
 def parse_topology(text: str) -> dict[str, str]:

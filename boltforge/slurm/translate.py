@@ -38,8 +38,9 @@ def inventory(node: SlurmNode, pool: str, switch: str | None) -> Inventory:
 
 def job_spec(job: SlurmJob, default_team: str, grace_s: float) -> dict[str, Any]:
     """The Boltforge job spec of a held Slurm job: one replica per node it asked for, with
-    the GPUs per node it asked for; its account is its team (``default_team`` when it has
-    none), its QOS its priority class when the QOS is named like one."""
+    the GPUs, CPUs and memory per node it asked for; its account is its team
+    (``default_team`` when it has none), its QOS its priority class when the QOS is named
+    like one."""
     per_node = _per_node(job)
     spec: dict[str, Any] = {
         "name": _name(job),
@@ -51,13 +52,26 @@ def job_spec(job: SlurmJob, default_team: str, grace_s: float) -> dict[str, Any]
     if per_node:
         spec["gpus"] = per_node * job.node_count
         spec["per_node"] = per_node
+        spec.update(_host_share(job))
     else:
-        spec["roles"] = [{"name": "worker", "replicas": job.node_count, "gpus": 0}]
+        role = {"name": "worker", "replicas": job.node_count, "gpus": 0}
+        spec["roles"] = [{**role, **_host_share(job)}]
     if job.gpu_type:
         spec["gpu"] = {"types": [job.gpu_type]}
     if job.time_limit_s is not None:
         spec["time_limit"] = f"{round(job.time_limit_s)}s"
     return spec
+
+
+def _host_share(job: SlurmJob) -> dict[str, Any]:
+    """The CPUs and memory each replica (one per node) asks: the job's totals over its nodes
+    (CPUs rounded up), so placement counts them as Slurm does; none when it asks none."""
+    out: dict[str, Any] = {}
+    if job.cpus > 0:
+        out["cpus"] = -(-job.cpus // job.node_count)
+    if job.memory_gb > 0:
+        out["memory_gb"] = round(job.memory_gb / job.node_count, 3)
+    return out
 
 
 def _per_node(job: SlurmJob) -> int:

@@ -123,6 +123,7 @@ def _config(
     racks: Sequence[Sequence[str]],
     ports: Sequence[int],
     scheduler: str | None,
+    cpus: int = 32,
 ) -> str:
     rack_of = {n: i for i, rack in enumerate(racks) for n in rack}
     lines = [
@@ -163,7 +164,7 @@ def _config(
     for i, n in enumerate(nodes):
         lines.append(
             f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={ports[1 + i]} "
-            f"CPUs=32 RealMemory=256000 Gres=gpu:h100:{GPUS_PER_NODE} "
+            f"CPUs={cpus} RealMemory=256000 Gres=gpu:h100:{GPUS_PER_NODE} "
             f"Feature=rack=r{rack_of[n]} State=UNKNOWN"
         )
     every = ",".join(nodes)
@@ -192,11 +193,12 @@ def _gres(root: Path, nodes: Sequence[str]) -> str:
 
 @contextmanager
 def slurm_cluster(
-    nodes: int = 8, racks: int = 2, scheduler: str | None = FAST_SCHEDULER
+    nodes: int = 8, racks: int = 2, scheduler: str | None = FAST_SCHEDULER, cpus: int = 32
 ) -> Iterator[SlurmCluster]:
-    """Start a cluster of ``nodes`` 8-GPU nodes (``n1``..) spread over ``racks`` switches.
-    ``scheduler`` is slurm.conf's ``SchedulerParameters`` (None: Slurm's defaults, a main
-    scheduling pass every 60 s and a backfill pass every 30 s besides those events start)."""
+    """Start a cluster of ``nodes`` 8-GPU nodes (``n1``..) of ``cpus`` CPUs each, spread over
+    ``racks`` switches. ``scheduler`` is slurm.conf's ``SchedulerParameters`` (None: Slurm's
+    defaults, a main scheduling pass every 60 s and a backfill pass every 30 s besides those
+    events start)."""
     if not installed():
         raise RuntimeError("Slurm is not installed. To fix: apt-get install -y slurm-wlm munge")
     root = Path(tempfile.mkdtemp(prefix="boltforge-slurm-"))
@@ -207,7 +209,7 @@ def slurm_cluster(
     for sub in ("state", "spool", "scripts"):
         (root / sub).mkdir()
     ports = _ports(1 + len(names))
-    (root / "slurm.conf").write_text(_config(root, names, grouped, ports, scheduler))
+    (root / "slurm.conf").write_text(_config(root, names, grouped, ports, scheduler, cpus))
     (root / "topology.conf").write_text(_topology(grouped))
     (root / "gres.conf").write_text(_gres(root, names))
     cluster = SlurmCluster(root, names, grouped)

@@ -104,14 +104,16 @@ def slurm_fleet(
     server_args: list[str] | None = None,
     scheduler: str | None = FAST_SCHEDULER,
     bridge_args: tuple[str, ...] = (),
+    cpus: int = 32,
 ) -> Iterator[SlurmFleet]:
-    """Slurm (``scheduler``: its SchedulerParameters), a server and a bridge (with
-    ``bridge_args`` besides the ``TEAM_USERS`` map), with every Slurm node registered."""
+    """Slurm (``scheduler``: its SchedulerParameters; ``cpus``: each node's CPUs), a server
+    and a bridge (with ``bridge_args`` besides the ``TEAM_USERS`` map), with every Slurm
+    node registered."""
     for user in TEAM_USERS.values():
         ensure_user(user)
     shared = shared_folder("boltforge-shared-")
     try:
-        with slurm_cluster(nodes=8, racks=2, scheduler=scheduler) as slurm:
+        with slurm_cluster(nodes=8, racks=2, scheduler=scheduler, cpus=cpus) as slurm:
             args = [*PREEMPT_AT_ONCE, *(server_args or [])]
             with LocalCluster(data, hosts=0, server_args=args) as server:
                 fleet = SlurmFleet(slurm, server, data, shared, bridge_args=bridge_args)

@@ -28,8 +28,11 @@ def require_slurm() -> None:
 
 @contextmanager
 def scheduled_slurm(
-    data: Path, server_args: list[str] | None = None, bridge_args: tuple[str, ...] = ()
+    data: Path,
+    server_args: list[str] | None = None,
+    bridge_args: tuple[str, ...] = (),
+    cpus: int = 32,
 ) -> Iterator[SlurmFleet]:
     require_slurm()
-    with slurm_fleet(data, server_args, bridge_args=bridge_args) as f:
+    with slurm_fleet(data, server_args, bridge_args=bridge_args, cpus=cpus) as f:
         yield f
