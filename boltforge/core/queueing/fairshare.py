@@ -3,8 +3,7 @@
 **Usage** is GPU-seconds per queue, charged to the job's queue and to every path above it, the
 root ``""`` included, so the root's usage is the cluster's total. It halves every half-life.
 ``boltforge.core.queueing.usage`` computes it exactly from the stretches each queue held
-GPUs, for the server and the simulator alike; ``decay`` is a coarser step that adds what
-running jobs accrued since the last update without decaying it.
+GPUs, for the server and the simulator alike.
 
 **Fair-share factor** (Slurm's classic formula): ``F = 2 ** (-U / S)``.
 
@@ -21,11 +20,13 @@ running jobs accrued since the last update without decaying it.
 A queue at its share gets ``F = 0.5``, one at twice its share ``0.25``, an unused one ``1``.
 Unknown queues are judged as their nearest existing ancestor (``QuotaTree.resolve``).
 
-**Order.** ``order_key`` sorts by priority class (0 first), then deadline urgency, then
-fair-share factor (highest first), then dominant share (smallest first), then submit time, then
-id. A job is *urgent* when its slack, ``deadline - now - expected runtime`` (the runtime counts
-as 0 when unknown), is below ``URGENT_SLACK_S``; urgent jobs go first within their class, least
-slack first (overdue jobs included). Urgency never lifts a job above a more important class.
+**Order.** ``order`` (and ``positions``, on a queue's columns) sorts by priority class (0
+first), then deadline urgency, then fair-share factor (highest first), then dominant share
+(DRF: the largest share of GPUs, CPUs or memory; smallest first), then submit time, then id.
+A job is *urgent* when its slack, ``deadline - now - expected runtime`` (the runtime counts
+as 0 when unknown), is below ``URGENT_SLACK_S``; urgent jobs go first within their class,
+least slack first (overdue jobs included). Urgency never lifts a job above a more important
+class.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from operator import attrgetter
 import numpy as np
 
 from boltforge.core.model.topology import IntArray
-from boltforge.core.model.workload import Job, Running, Usage
+from boltforge.core.model.workload import Job, Usage
 from boltforge.core.queueing.columns import QueueColumns
 from boltforge.core.queueing.quota import Holdings, QuotaTree, held_by, lineage
 from boltforge.core.queueing.shortest import SizeRule, aged_works_of, fair_weight
@@ -46,30 +47,7 @@ DEFAULT_HALF_LIFE_S = 7 * 86400.0
 URGENT_SLACK_S = 3600.0
 
 Resources = tuple[float, float, float]  # GPUs, CPUs, memory in GB
-OrderKey = tuple[int, int, float, float, float, float, str]
 _ID = attrgetter("id")
-
-
-def decay(usage: Usage, now: float, half_life_s: float, running: Iterable[Running]) -> Usage:
-    """``usage`` carried forward to ``now``: decayed, plus what running jobs accrued since.
-
-    Every queue's usage is multiplied by ``0.5 ** ((now - usage.as_of) / half_life_s)``; each
-    running job then adds ``gpus x (now - max(usage.as_of, start_time))`` GPU-seconds (nothing
-    when it started after ``now``) to its queue and every path above it, the root included.
-    Raises ``ValueError`` when ``now`` is before ``usage.as_of`` or the half-life is not positive.
-    """
-    if not half_life_s > 0:
-        raise ValueError(f"half_life_s must be positive (got {half_life_s})")
-    if now < usage.as_of:
-        raise ValueError(f"now ({now}) is before the usage's as_of ({usage.as_of})")
-    kept = 0.5 ** ((now - usage.as_of) / half_life_s)
-    out = {q: u * kept for q, u in usage.by_queue.items()}
-    for run in running:
-        accrued = run.gpus * max(now - max(usage.as_of, run.start_time), 0.0)
-        if accrued > 0:
-            for q in lineage(run.job.queue):
-                out[q] = out.get(q, 0.0) + accrued
-    return Usage(out, now)
 
 
 def normalized_share(tree: QuotaTree, queue: str) -> float:
@@ -106,45 +84,6 @@ def fair_share_factor(
     return float(2.0 ** (-used / normalized_share(tree, q)))
 
 
-def dominant_share(demand: Resources, capacity: Resources) -> float:
-    """DRF: the largest share of any resource (GPUs, CPUs, memory GB) that ``demand`` takes.
-
-    A resource the cluster has none of counts as infinite share when demanded, else not at all.
-    """
-    return float(dominant_shares(np.array([demand], dtype=np.float64), capacity)[0])
-
-
-def job_resources(job: Job) -> Resources:
-    """What the whole gang asks for: GPUs, CPUs and memory (GB)."""
-    gang = job.gang
-    return (float(gang.total_gpus), gang.total_cpus, gang.total_memory_gb)
-
-
-def slack(job: Job, now: float) -> float | None:
-    """Seconds to spare before the deadline if the job started now; None without a deadline."""
-    if job.deadline is None:
-        return None
-    return job.deadline - now - (job.expected_runtime() or 0.0)
-
-
-def order_key(
-    job: Job, factor: float, dominant: float, now: float, size_rank: float | None = None
-) -> OrderKey:
-    """Sort key: class, urgency (least slack first), factor desc, dominant share, submit, id;
-    with ``size_rank`` (``shortest.rank``), that rank ascending in the factor's place."""
-    spare = slack(job, now)
-    urgent = spare is not None and spare < URGENT_SLACK_S
-    return (
-        job.priority,
-        0 if urgent else 1,
-        spare if urgent and spare is not None else 0.0,
-        -factor if size_rank is None else size_rank,
-        dominant,
-        job.submit_time,
-        job.id,
-    )
-
-
 def order(
     jobs: Iterable[Job],
     tree: QuotaTree,
@@ -156,7 +95,7 @@ def order(
     size: SizeRule | None = None,
     arrived: bool = False,
 ) -> list[Job]:
-    """``jobs`` in the order the cycle should consider them (see ``order_key``).
+    """``jobs`` in the order the cycle should consider them (see the module docstring).
 
     With a ``size`` rule, the fair-share factor's place in the key goes to the job's rank
     under it (``core/queueing/shortest.py``: aged work left, scaled by the factor); class and
@@ -228,7 +167,9 @@ def _by_id_within_submit(jobs: Iterable[Job], arrived: bool) -> list[Job]:
 
 
 def dominant_shares(demand: np.ndarray, capacity: Resources) -> np.ndarray:
-    """``dominant_share`` of each row of ``demand`` (one row per job)."""
+    """DRF per row of ``demand`` (one row per job: GPUs, CPUs, memory GB): the largest
+    share of any resource of ``capacity`` that the row takes. A resource the cluster has
+    none of counts as an infinite share when demanded, else not at all."""
     if demand.size and (demand.min() < 0 or min(capacity) < 0):
         raise ValueError(f"demands and capacity {capacity} must not be negative")
     cap = np.array(capacity, dtype=np.float64)

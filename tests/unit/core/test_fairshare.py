@@ -1,4 +1,4 @@
-"""Fair-share scenarios as data (decay, factor, DRF, job order) and their invariants."""
+"""Fair-share scenarios as data (factor, DRF, job order) and their invariants."""
 
 from __future__ import annotations
 
@@ -7,31 +7,26 @@ import random
 from dataclasses import dataclass, field
 
 import pytest
+from fairshare_reference import dominant_share, job_resources, order_key
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from boltforge.core.model.gang import Gang, Role
-from boltforge.core.model.state import Allocation, Grant
 from boltforge.core.model.workload import (
     BATCH,
     INTERACTIVE,
     PRODUCTION,
     SERVING,
     Job,
-    Running,
     Usage,
 )
 from boltforge.core.queueing.fairshare import (
     DEFAULT_HALF_LIFE_S,
     URGENT_SLACK_S,
     Resources,
-    decay,
-    dominant_share,
     fair_share_factor,
-    job_resources,
     normalized_share,
     order,
-    order_key,
 )
 from boltforge.core.queueing.quota import ANY, QueueSpec, QuotaTree, held_by, lineage
 from boltforge.core.queueing.shortest import SizeRule, rank
@@ -64,102 +59,18 @@ def job(
     return Job(id, gang, queue, submit, estimate=runtime, deadline=deadline)
 
 
-def running(queue: str, gpus: int, start: float) -> Running:
-    """A job of ``queue`` holding ``gpus`` GPUs since ``start``."""
-    grants = tuple(
-        Grant("worker", i, i, tuple(range(min(8, gpus - 8 * i)))) for i in range(-(-gpus // 8))
-    )
-    return Running(job(f"run-{queue}-{start}", queue, gpus=gpus), Allocation("run", grants), start)
-
-
 def used(by_queue: dict[str, float] | None = None) -> Usage:
     """Usage per queue as of time 0 (``""`` is the root: the cluster's total)."""
     return Usage(dict(by_queue or {}), 0.0)
 
 
 def rolled_up(by_leaf: dict[str, float]) -> Usage:
-    """Usage charged as ``decay`` charges it: to each queue and every queue above it."""
+    """Usage charged as the meter charges it: to each queue and every queue above it."""
     out: dict[str, float] = {}
     for leaf, amount in by_leaf.items():
         for q in lineage(leaf):
             out[q] = out.get(q, 0.0) + amount
     return Usage(out, 0.0)
-
-
-# -------------------------------------------------------------------------------------- decay
-
-
-@dataclass(frozen=True)
-class Decay:
-    """Usage as of 0 carried to ``now`` with ``running`` jobs; what each queue must show."""
-
-    id: str
-    usage: dict[str, float]
-    now: float
-    expect: dict[str, float]
-    running: tuple[Running, ...] = ()
-
-
-DECAYS = [
-    Decay(
-        "usage halves after one half-life", {"org": 100.0, "": 100.0}, H, {"org": 50.0, "": 50.0}
-    ),
-    Decay("usage quarters after two half-lives", {"org": 100.0}, 2 * H, {"org": 25.0}),
-    Decay("no time passing leaves usage as it was", {"org": 100.0}, 0.0, {"org": 100.0}),
-    Decay(
-        "a running job charges its queue and every queue above it",
-        {},
-        100.0,
-        {"org/nlp/llm": 800.0, "org/nlp": 800.0, "org": 800.0, "": 800.0},
-        (running("org/nlp/llm", 8, 0.0),),
-    ),
-    Decay(
-        "a job that started after the last update accrues only since its start",
-        {},
-        100.0,
-        {"org": 320.0},
-        (running("org", 8, 60.0),),
-    ),
-    Decay(
-        "a job that has not started yet accrues nothing",
-        {},
-        100.0,
-        {"org": 0.0},
-        (running("org", 8, 200.0),),
-    ),
-    Decay(
-        "old usage decays while the new is added whole",
-        {"org": 100.0},
-        H,
-        {"org": 50.0 + 2 * H},
-        (running("org", 2, -5.0),),
-    ),
-    Decay(
-        "two jobs of sibling teams both reach their org",
-        {},
-        10.0,
-        {"org/a": 80.0, "org/b": 40.0, "org": 120.0},
-        (running("org/a", 8, 0.0), running("org/b", 4, 0.0)),
-    ),
-]
-
-
-@pytest.mark.parametrize("case", DECAYS, ids=[c.id for c in DECAYS])
-def test_decay(case: Decay) -> None:
-    after = decay(Usage(case.usage, 0.0), case.now, H, list(case.running))
-    assert after.as_of == case.now
-    for queue, value in case.expect.items():
-        assert after.by_queue.get(queue, 0.0) == pytest.approx(value)
-
-
-@pytest.mark.parametrize(
-    ("now", "half_life", "says"),
-    [(-1.0, H, "before the usage's as_of"), (10.0, 0.0, "must be positive")],
-    ids=["time running backwards is refused", "a zero half-life is refused"],
-)
-def test_decay_refuses_impossible_arguments(now: float, half_life: float, says: str) -> None:
-    with pytest.raises(ValueError, match=says):
-        decay(Usage({}, 0.0), now, half_life, [])
 
 
 # ------------------------------------------------------------------------------ fair-share factor
@@ -389,44 +300,6 @@ QUEUES = ("org/nlp", "org/cv", "org/nlp/llm", "lab", "unknown")
 amounts = st.floats(0.0, 1e9, allow_nan=False)
 usages = st.dictionaries(st.sampled_from(("org", *QUEUES)), amounts).map(rolled_up)
 times = st.floats(0.0, 10 * H, allow_nan=False)
-
-
-@EXAMPLES
-@given(usages, st.floats(1.0, 1e8))
-def test_usage_halves_after_one_half_life(usage: Usage, half_life: float) -> None:
-    after = decay(usage, half_life, half_life, [])
-    for queue, value in usage.by_queue.items():
-        assert after.by_queue[queue] == pytest.approx(value / 2)
-
-
-@EXAMPLES
-@given(usages, times, times)
-def test_decay_is_monotone_and_composes(usage: Usage, t1: float, t2: float) -> None:
-    early, late = sorted((t1, t2))
-    at_early, at_late = decay(usage, early, H, []), decay(usage, late, H, [])
-    in_two_steps = decay(at_early, late, H, [])
-    for queue in usage.by_queue:
-        assert at_late.by_queue[queue] <= at_early.by_queue[queue]
-        assert in_two_steps.by_queue[queue] == pytest.approx(at_late.by_queue[queue])
-
-
-@EXAMPLES
-@given(
-    usages,
-    times,
-    st.lists(st.tuples(st.sampled_from(QUEUES), st.integers(1, 64), times), max_size=5),
-)
-def test_running_jobs_only_add_and_parents_gain_at_least_their_children(
-    usage: Usage, now: float, jobs: list[tuple[str, int, float]]
-) -> None:
-    runs = [running(q, gpus, start) for q, gpus, start in jobs]
-    bare, charged = decay(usage, now, H, []), decay(usage, now, H, runs)
-    gained = {q: charged.by_queue[q] - bare.by_queue.get(q, 0.0) for q in charged.by_queue}
-    assert all(g >= -1e-6 * max(1.0, abs(charged.by_queue[q])) for q, g in gained.items())
-    for q in gained:
-        if q:
-            parent = q.rpartition("/")[0]
-            assert gained[parent] >= gained[q] - 1e-6 * max(1.0, gained[parent])
 
 
 @EXAMPLES
