@@ -203,9 +203,14 @@ def route(needs: Needs, offers: list[Offer], max_spot_interruptions: int | None 
         if needs.spot == SpotPolicy.NEVER:
             why = "spot: never"
         elif reference is not None and p.dollars > reference.dollars * (1 + _TOL) + _TOL:
+            limit = break_even_rate(
+                needs, p.offer.price_per_gpu_hour, reference.offer.price_per_gpu_hour
+            )
             why = (
                 f"past spot break-even: effective {_money(p.dollars)} vs "
-                f"{reference.offer.tier} {reference.offer.name} {_money(reference.dollars)}"
+                f"{reference.offer.tier} {reference.offer.name} {_money(reference.dollars)} "
+                f"(interrupted {p.offer.interruptions_per_hour:.2f}/h; spot pays below "
+                f"{limit:.2f}/h)"
             )
         elif (
             reference is not None

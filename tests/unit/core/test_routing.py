@@ -226,6 +226,18 @@ def test_worked_example_from_docs() -> None:
     )
 
 
+def test_spot_past_break_even_says_the_rate_at_which_it_would_pay() -> None:
+    """docs/cost.md's job with spot reclaimed twice an hour: spot is dropped, and the
+    explanation names the pool's rate and the break-even rate (1.875/h) it is past."""
+    job = Needs(8, 10 * H, 1800, 300, deadline=14 * H)
+    verdict = route(job, [Offer("h100-od", Tier.ON_DEMAND, 4.0), spot(rate=2.0, price=1.5)])
+    assert [p.offer.name for p in verdict.excluded] == ["h100-spot"]
+    assert verdict.excluded[0].excluded == (
+        "past spot break-even: effective $360.00 vs on-demand h100-od $320.00 "
+        "(interrupted 2.00/h; spot pays below 1.88/h)"
+    )
+
+
 rates = st.floats(0, 20, allow_nan=False)
 
 
