@@ -45,7 +45,7 @@ from boltforge.core.serving.autoscale import Autoscale, Load, ScaleState, decide
 from boltforge.sim.engine import SimConfig, Simulation
 from boltforge.sim.execution import evacuated
 from boltforge.sim.records import JobRecord, TraceJob
-from boltforge.sim.serving_inputs import RequestTrace, ServiceSpec, ServicesSpec
+from boltforge.sim.serving_inputs import RequestTrace, ServicesSpec, StudyService
 from boltforge.sim.serving_model import serve_step
 
 SERVING_QUEUE = "serving"
@@ -66,7 +66,7 @@ class Mode(StrEnum):
 class _Service:
     """One service's scaler, replicas and running tallies."""
 
-    spec: ServiceSpec
+    spec: StudyService
     rules: Autoscale
     state: ScaleState
     replicas: list[str] = field(default_factory=list)  # replica job ids, oldest first
@@ -84,7 +84,7 @@ class _Service:
     counts: list[tuple[float, int]] = field(default_factory=list)  # (time, count) on changes
 
 
-def replica_job(spec: ServiceSpec, key: str, now: float) -> Job:
+def replica_job(spec: StudyService, key: str, now: float) -> Job:
     """A replica of ``spec`` as the core sees it: one role of ``gpus_per_replica`` GPUs on one
     host, class SERVING, not preemptible, no time limit, submitted at ``now``; no host holds
     more than half of the service's replicas where others have room (``Job.spread``), as the

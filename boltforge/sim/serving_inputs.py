@@ -247,11 +247,14 @@ def _same_services(
 # --- services ------------------------------------------------------------------------------
 
 
-class _Strict(BaseModel):
+class _Exact(BaseModel):
+    """A study input: unknown fields refused, immutable, and no coercion (a number given as
+    a string is an error)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
-class ServiceSpec(_Strict):
+class StudyService(_Exact):
     """One inference service (see the module docstring)."""
 
     name: Annotated[str, Field(pattern=NAME_PATTERN)]
@@ -303,10 +306,10 @@ class ServiceSpec(_Strict):
         return min(max(need, self.min_replicas, 1), self.max_replicas)
 
 
-class ServicesSpec(_Strict):
+class ServicesSpec(_Exact):
     """The services file: a non-empty list of services with distinct names."""
 
-    services: list[ServiceSpec]
+    services: list[StudyService]
 
     @model_validator(mode="after")
     def _unique(self) -> Self:

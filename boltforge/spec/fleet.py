@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated, Literal, Self
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
@@ -19,16 +18,13 @@ from boltforge.core.model.topology import HostLayout, Pool, Tier, TopologyTree
 from boltforge.core.sharing import mig
 from boltforge.spec.errors import Problem, SpecError, from_validation
 from boltforge.spec.loader import read_yaml
+from boltforge.spec.strict import Strict
 from boltforge.spec.units import seconds
 
 MAX_HOSTS = 200_000
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Layout(_Strict):
+class Layout(Strict):
     """How a pool fills pods and racks.
 
     Either ``pods`` x ``racks_per_pod`` x ``hosts_per_rack``, or ``hosts`` in total, which fills
@@ -58,7 +54,7 @@ class Layout(_Strict):
 Duration = Annotated[float, BeforeValidator(seconds)]
 
 
-class ReclaimSpec(_Strict):
+class ReclaimSpec(Strict):
     """How a spot pool's provider takes hosts back, as the simulator replays it.
 
     Each host is reclaimed at random, ``rate_per_host_day`` times per day on average (a Poisson
@@ -74,7 +70,7 @@ class ReclaimSpec(_Strict):
 NodeClass = Literal["gpu", "cpu", "storage"]
 
 
-class PoolSpec(_Strict):
+class PoolSpec(Strict):
     """One node pool. ``nvlink_island`` is GPUs per NVLink domain (1 means PCIe only).
     ``class`` is what its hosts are for (gpu, cpu or storage; by default gpu with GPUs, cpu
     without); a storage pool declares its hosts' local ``storage_gb`` and ``storage_gbps``.
@@ -101,7 +97,7 @@ class PoolSpec(_Strict):
     layout: Layout = Layout()
     reclaim: ReclaimSpec | None = None
     mig: bool = False
-    mig_layout: list[str] = []
+    mig_layout: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -196,7 +192,7 @@ def _check_class(pool: str, node_class: str | None, gpus: int, storage_gb: float
         )
 
 
-class Weights(_Strict):
+class Weights(Strict):
     """Crossing weights per level; see ``boltforge.core.model.levels`` for where the
     defaults come from."""
 
@@ -220,7 +216,7 @@ class Weights(_Strict):
         return CrossingWeights(**self.model_dump())
 
 
-class FleetSpec(_Strict):
+class FleetSpec(Strict):
     """A whole fleet: a name, its pools and optional crossing weights."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")

@@ -8,9 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any, Self
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
@@ -37,6 +35,7 @@ from boltforge.spec.bounds import (
 )
 from boltforge.spec.errors import Problem, SpecError, from_validation
 from boltforge.spec.loader import read_yaml
+from boltforge.spec.strict import Strict
 
 # How `priority: high|normal|low` maps onto priority classes (0 serving, 1 production training,
 # 2 interactive/debug, 3 batch/research). An integer 0-3 names a class directly.
@@ -49,11 +48,7 @@ MAX_GPUS_TEXT = 80  # characters of a `gpus` value such as `64xH100-80GB`
 DEFAULT_MAX_RESTARTS = 3
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class Parallelism(_Strict):
+class Parallelism(Strict):
     """Tensor-parallel group size (one NVLink island), pipeline stages, data-parallel replicas."""
 
     tensor: int = Field(1, ge=1, le=MAX_GPUS_PER_REPLICA)
@@ -61,7 +56,7 @@ class Parallelism(_Strict):
     data: int = Field(0, ge=0, le=MAX_REPLICAS)
 
 
-class TopologySpec(_Strict):
+class TopologySpec(Strict):
     """``required``: one domain of that level or do not start; ``preferred``: try one."""
 
     required: str | None = None
@@ -85,21 +80,21 @@ class TopologySpec(_Strict):
         return TopologyRule(req, pref)
 
 
-class Elastic(_Strict):
+class Elastic(Strict):
     """Replica range an elastic job may be resized within."""
 
     min: int = Field(ge=1, le=MAX_REPLICAS)
     max: int = Field(ge=1, le=MAX_REPLICAS)
 
 
-class Checkpoint(_Strict):
+class Checkpoint(Strict):
     """Seconds a job gets to checkpoint when bumped, and how often it checkpoints anyway."""
 
     grace: Duration = 120.0
     interval: Duration | None = None
 
 
-class HealthSpec(_Strict):
+class HealthSpec(Strict):
     """How the job's progress is judged. ``progress_timeout``: fail the job when no rank has
     reported a step (``boltforge.sdk.report``) for this long, judged from the start even if
     it never reports; 0 turns judging off. Unset: the server's ``--progress-timeout``, only
@@ -108,7 +103,7 @@ class HealthSpec(_Strict):
     progress_timeout: Duration | None = None
 
 
-class GpuNeed(_Strict):
+class GpuNeed(Strict):
     """Which GPUs a role accepts: model names (prefixes like ``A100`` match ``A100-80GB``).
 
     Or part of one GPU per replica: ``mig``, a MIG profile (``1g.10gb``, ``3g.40gb``, ...),
@@ -162,7 +157,7 @@ def _gpu_field(value: Any) -> Any:
     return value
 
 
-class RoleSpec(_Strict):
+class RoleSpec(Strict):
     """One role of a gang: ``replicas`` x (``gpus`` per replica, CPUs, memory)."""
 
     name: str = Field("worker", pattern=NAME)
@@ -204,7 +199,7 @@ def _priority(value: Any) -> int | str:
     raise ValueError(f"must be a class 0-3 or one of {words}. To fix: e.g. `priority: high`")
 
 
-class JobSpec(_Strict):
+class JobSpec(Strict):
     """A job as users write it. Either ``roles`` or the one-role form (``gpus``, ``per_node``)."""
 
     name: str = Field(pattern=NAME)
@@ -238,7 +233,7 @@ class JobSpec(_Strict):
     command: Command = None
     image: Text | None = None
     workdir: str | None = Field(None, max_length=4096)
-    env: Env = {}
+    env: Env = Field(default_factory=dict)
     outputs: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
         [],
         max_length=64,

@@ -33,16 +33,13 @@ from boltforge.spec.bounds import MAX_DURATION_S, Duration
 from boltforge.spec.errors import _MISSING, Problem, SpecError, from_validation
 from boltforge.spec.job import JobSpec, parse_job
 from boltforge.spec.loader import read_yaml
+from boltforge.spec.strict import Strict
 
 MAX_REPLICAS = 1000
 MAX_RATE = 1e9  # requests per second, or waiting, per replica
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class Replicas(_Strict):
+class Replicas(Strict):
     """How many replicas the service may run: ``min`` (0 lets it scale to zero) to ``max``."""
 
     min: int = Field(1, ge=0, le=MAX_REPLICAS)
@@ -55,7 +52,7 @@ class Replicas(_Strict):
         return self
 
 
-class AutoscaleSpec(_Strict):
+class AutoscaleSpec(Strict):
     """The signals' targets and the scaler's timing (``core/serving/autoscale.py``)."""
 
     target_queue: float = Field(4.0, gt=0, le=MAX_RATE)
@@ -70,7 +67,7 @@ class AutoscaleSpec(_Strict):
     predictive: bool = True
 
 
-class ServiceFields(_Strict):
+class ServiceFields(Strict):
     """The fields a service adds to its replica template."""
 
     kind: Literal["service"]

@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BeforeValidator, Field, ValidationError, model_validator
 
 from boltforge.core.queueing.lending import DAY_S, LendRule
 from boltforge.core.queueing.quota import ANY, QueueSpec, QuotaError, QuotaTree
@@ -38,16 +38,13 @@ from boltforge.spec.errors import SpecError, from_validation
 from boltforge.spec.images import ImagePolicy
 from boltforge.spec.job import NAME
 from boltforge.spec.loader import read_yaml
+from boltforge.spec.strict import Strict
 
 Duration = Annotated[float, BeforeValidator(units.seconds)]
 Gpus = int | dict[str, int]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Budget(_Strict):
+class Budget(Strict):
     """A team's monthly budget in dollars and the share of it that triggers warnings."""
 
     monthly: float = Field(gt=0)
@@ -58,7 +55,7 @@ class Budget(_Strict):
         return self.monthly * self.soft
 
 
-class Quota(_Strict):
+class Quota(Strict):
     """A team's GPUs: ``guaranteed`` and at most ``burst``, in any pool (a number) or per pool."""
 
     guaranteed: Gpus = 0
@@ -77,7 +74,7 @@ class Quota(_Strict):
         return self
 
 
-class Lending(_Strict):
+class Lending(Strict):
     """Lend a guarantee used below ``below`` (a share of it) for ``after``."""
 
     below: float = Field(0.5, ge=0, le=1)
@@ -87,7 +84,7 @@ class Lending(_Strict):
         return LendRule(self.below, self.after)
 
 
-class TeamSpec(_Strict):
+class TeamSpec(Strict):
     """What the server knows about one team."""
 
     quota: Quota | None = None
@@ -96,7 +93,7 @@ class TeamSpec(_Strict):
     images: ImagePolicy | None = None
 
 
-class TeamsSpec(_Strict):
+class TeamsSpec(Strict):
     """Every configured team by name; teams not named here have no budget."""
 
     lending: Lending = Field(default_factory=Lending)

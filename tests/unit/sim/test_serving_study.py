@@ -19,8 +19,8 @@ from boltforge.sim.records import TraceJob
 from boltforge.sim.serving import Mode, ModeOutcome, ServiceControl, common_jct_h, run_mode
 from boltforge.sim.serving_inputs import (
     RequestTrace,
-    ServiceSpec,
     ServicesSpec,
+    StudyService,
     check_match,
     parse_requests,
     parse_services,
@@ -43,7 +43,7 @@ class Scenario:
     """A service's load as (steps, rate) pieces, the service, and the training jobs."""
 
     pieces: tuple[tuple[int, float], ...]
-    service: ServiceSpec
+    service: StudyService
     training: tuple[TraceJob, ...] = ()
     fleet: TopologyTree = TWO_HOSTS
 
@@ -56,7 +56,7 @@ class Scenario:
         return run_mode(self.fleet, list(self.training), self.requests(), services, mode, CONFIG)
 
 
-def web(**changes: object) -> ServiceSpec:
+def web(**changes: object) -> StudyService:
     """A 1-GPU service serving 10 requests/s per replica (7 at the 0.7 target)."""
     fields: dict[str, object] = {
         "name": "web",
@@ -70,7 +70,7 @@ def web(**changes: object) -> ServiceSpec:
         "scale_down_window_s": 120.0,
         "predictive": False,
     }
-    return ServiceSpec.model_validate(fields | changes)
+    return StudyService.model_validate(fields | changes)
 
 
 RISE_AND_FALL = Scenario(((10, 5.0), (20, 50.0), (30, 5.0)), web())
