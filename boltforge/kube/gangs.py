@@ -32,7 +32,7 @@ class GangKey(NamedTuple):
 
 
 @dataclass
-class Gang:
+class PodGang:
     """A gang's pods (all of them, in any phase, by ``namespace/name``) and how many must
     wait before it is placed (None: its PodGroup does not exist)."""
 
@@ -133,7 +133,7 @@ def gangs(
     pods: Iterable[KubePod],
     groups: Mapping[str, PodGroup],
     jobs: Mapping[str, IndexedJob] | None = None,
-) -> dict[GangKey, Gang]:
+) -> dict[GangKey, PodGang]:
     """Every gang of ``pods`` (the scheduler's own pods), with its readiness rule."""
     index = GangIndex()
     index.update({p.path: p for p in pods}, None, groups, None, jobs, None)
@@ -145,7 +145,7 @@ class GangIndex:
     worked out again from every pod on every pass."""
 
     def __init__(self) -> None:
-        self.gangs: dict[GangKey, Gang] = {}
+        self.gangs: dict[GangKey, PodGang] = {}
         self.touched: set[GangKey] = set()  # the gangs the last update changed or removed
         self._of: dict[str, GangKey] = {}  # pod path -> its gang
 
@@ -157,7 +157,7 @@ class GangIndex:
         changed_groups: Iterable[str] | None,
         jobs: Mapping[str, IndexedJob] | None = None,
         changed_jobs: Iterable[str] | None = (),
-    ) -> dict[GangKey, Gang]:
+    ) -> dict[GangKey, PodGang]:
         """Bring the gangs up to date with ``pods`` (by path), ``groups`` and ``jobs``, given
         the paths that changed since the last update (None: any may have); ``touched`` names
         the gangs that may have changed (every one, after a full update, and those gone)."""
@@ -175,7 +175,7 @@ class GangIndex:
                 touched.add(old)
             if pod is not None and key is not None:
                 self._of[path] = key
-                self.gangs.setdefault(key, Gang(key)).members[path] = pod
+                self.gangs.setdefault(key, PodGang(key)).members[path] = pod
                 touched.add(key)
         if changed_groups is None:
             touched |= set(self.gangs)
@@ -204,7 +204,7 @@ def _group_gang(path: str, kind: str = "podgroup") -> GangKey:
     return GangKey(namespace, kind, name)
 
 
-def _rule(gang: Gang, groups: Mapping[str, PodGroup], jobs: Mapping[str, IndexedJob]) -> None:
+def _rule(gang: PodGang, groups: Mapping[str, PodGroup], jobs: Mapping[str, IndexedJob]) -> None:
     """Set how many of ``gang``'s pods must wait: its PodGroup's ``minMember``, its indexed
     Job's size (None while the Job is not known), its JobSet's size (``owners.jobset_size``),
     or the largest gang size its pods annotate. A Job's gang is anchored on the Job's UID, as
@@ -228,7 +228,7 @@ def _rule(gang: Gang, groups: Mapping[str, PodGroup], jobs: Mapping[str, Indexed
         gang.min_member = max(_size(p.annotations.get(GANG_SIZE)) for p in gang.members.values())
 
 
-def _jobset_rule(gang: Gang, jobs: Mapping[str, IndexedJob]) -> None:
+def _jobset_rule(gang: PodGang, jobs: Mapping[str, IndexedJob]) -> None:
     refs = [p.owner.jobset for p in gang.members.values() if p.owner and p.owner.jobset]
     live = [
         p.owner.jobset
@@ -248,6 +248,6 @@ def _size(text: str | None) -> int:
         return 1
 
 
-def preemptible(gang: Gang, budgets: Iterable[Budget], pods: Iterable[KubePod]) -> bool:
+def preemptible(gang: PodGang, budgets: Iterable[Budget], pods: Iterable[KubePod]) -> bool:
     """Whether Boltforge may bump the whole gang (``budgets.protection``)."""
     return not protection(gang.waiting, budgets, pods)

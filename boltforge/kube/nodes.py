@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from boltforge.agent.client import Refused, ServerClient
 from boltforge.client import Client
 from boltforge.kube.fit import Fitter
-from boltforge.kube.gangs import Gang, GangKey
+from boltforge.kube.gangs import GangKey, PodGang
 from boltforge.kube.model import KubeNode
 from boltforge.kube.state import SchedulerState
 from boltforge.kube.taints import Toleration, blocking
@@ -39,7 +39,7 @@ class NodeSync:
         self.tainted = {n for n, node in nodes.items() if blocking(node.taints, self.tols)}
 
     def tolerations_of(
-        self, all_gangs: Mapping[GangKey, Gang], changed: set[str] | None
+        self, all_gangs: Mapping[GangKey, PodGang], changed: set[str] | None
     ) -> set[str] | None:
         """Keep the tolerations of the scheduler's live pods (waiting or running) current,
         while some node is tainted; when they changed, the tainted nodes are added to the

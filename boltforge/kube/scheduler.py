@@ -63,7 +63,7 @@ from boltforge.kube.actions import KubeWrites
 from boltforge.kube.budgets import blocked, protection
 from boltforge.kube.desired import Wanted
 from boltforge.kube.fit import Fitter
-from boltforge.kube.gangs import Gang, GangIndex, GangKey, key_of
+from boltforge.kube.gangs import GangIndex, GangKey, PodGang, key_of
 from boltforge.kube.informer import Informer
 from boltforge.kube.leader import LeaderElector
 from boltforge.kube.model import JOB, REPLICA, KubePod
@@ -356,7 +356,7 @@ class KubeScheduler:
 
     async def _intake(
         self,
-        all_gangs: Mapping[GangKey, Gang],
+        all_gangs: Mapping[GangKey, PodGang],
         keys: set[GangKey] | None,
         pods: Mapping[str, KubePod],
     ) -> None:
@@ -393,7 +393,7 @@ class KubeScheduler:
             self.state.submitted_pods[key] = {p.uid for p in gang.waiting}
             log.info("gang %s is Boltforge job %s", key, job)
 
-    async def _submit(self, key: GangKey, gang: Gang, req: SubmitRequest) -> str:
+    async def _submit(self, key: GangKey, gang: PodGang, req: SubmitRequest) -> str:
         """Submit ``gang`` as attempt ``state.attempts[key]``; an attempt whose job has
         already ended (one made before this replica led: the key finds it) moves on to the
         next attempt."""
@@ -417,7 +417,7 @@ class KubeScheduler:
         state.attempts[key] = state.attempts.get(key, 0) + 1
         log.info("gang %s: job %s ended and new pods wait: a new attempt", key, job)
 
-    def _spec(self, gang: Gang, pods: Mapping[str, KubePod], largest: int) -> dict[str, Any]:
+    def _spec(self, gang: PodGang, pods: Mapping[str, KubePod], largest: int) -> dict[str, Any]:
         waiting = gang.waiting
         grace = max((p.grace_s for p in waiting if p.grace_s is not None), default=None)
         return job_spec(
@@ -430,7 +430,7 @@ class KubeScheduler:
             pools=self._fit().pools(waiting),
         )
 
-    def _preemptible(self, gang: Gang, pods: Mapping[str, KubePod]) -> bool:
+    def _preemptible(self, gang: PodGang, pods: Mapping[str, KubePod]) -> bool:
         why = protection(gang.waiting, self.budgets.snapshot().values(), pods.values())
         if why:
             log.info("gang %s is not preemptible: %s", gang.key, why)
@@ -460,7 +460,7 @@ class KubeScheduler:
                 self._unstarted.pop(run, None)
         return self._unstarted
 
-    async def _start(self, all_gangs: Mapping[GangKey, Gang]) -> None:
+    async def _start(self, all_gangs: Mapping[GangKey, PodGang]) -> None:
         taken: set[str] | None = None
         binds = []
         done, unstarted = self.state.placed, self._to_start()
@@ -661,7 +661,7 @@ class KubeScheduler:
 
     async def _forget(
         self,
-        all_gangs: Mapping[GangKey, Gang],
+        all_gangs: Mapping[GangKey, PodGang],
         keys: set[GangKey] | None,
         groups: Mapping[str, model.PodGroup],
     ) -> None:
@@ -724,7 +724,7 @@ class KubeScheduler:
         for pod in pods:
             self._words_pool.submit(_quietly, self.writes.event, pod, reason, text, kind)
 
-    async def _words(self, all_gangs: Mapping[GangKey, Gang]) -> None:
+    async def _words(self, all_gangs: Mapping[GangKey, PodGang]) -> None:
         """Why each waiting pod waits, as ``PodScheduled=False`` and an event, when it
         changed since it was last said."""
         listed = {}
@@ -757,7 +757,7 @@ class KubeScheduler:
                     )
         told.forget(asked)
 
-    def _made_again(self, key: GangKey, all_gangs: Mapping[GangKey, Gang]) -> bool:
+    def _made_again(self, key: GangKey, all_gangs: Mapping[GangKey, PodGang]) -> bool:
         """Whether ``key``'s gang has a waiting pod its job was not submitted with (a pod
         its controller made after the job ended, not one left waiting when it was
         cancelled)."""
@@ -765,7 +765,7 @@ class KubeScheduler:
         known = self.state.submitted_pods.get(key)
         return gang is not None and (known is None or any(p.uid not in known for p in gang.waiting))
 
-    def _why(self, key: GangKey, gang: Gang, listed: Mapping[str, Any]) -> tuple[str, str]:
+    def _why(self, key: GangKey, gang: PodGang, listed: Mapping[str, Any]) -> tuple[str, str]:
         """What ``gang``'s waiting pods are told: (message, reason), or ("", "")."""
         state = self.state
         if key in state.refused:
@@ -786,7 +786,7 @@ class KubeScheduler:
 
 
 def _assign(
-    todo: Mapping[str, tuple[str, ReplicaSpec]], gang: Gang, taken: set[str]
+    todo: Mapping[str, tuple[str, ReplicaSpec]], gang: PodGang, taken: set[str]
 ) -> dict[str, KubePod] | None:
     """A waiting pod of the right role for each replica to start, in rank order; None when
     some replica has none (the gang is bound whole or not at all)."""

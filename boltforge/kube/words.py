@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from boltforge.kube.gangs import Gang
+from boltforge.kube.gangs import PodGang
 
 QUEUED = "SchedulerQueued"
 UNSCHEDULABLE = "Unschedulable"
@@ -75,7 +75,7 @@ def ended(job: str, state: str) -> tuple[str, str]:
     )
 
 
-def incomplete(gang: Gang) -> tuple[str, str]:
+def incomplete(gang: PodGang) -> tuple[str, str]:
     why = gang.not_ready()
     return (f"boltforge: {why}", GANG_INCOMPLETE) if why else ("", "")
 

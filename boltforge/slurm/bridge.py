@@ -57,7 +57,7 @@ from boltforge.client import ApiFailure, Client
 from boltforge.node.converge import never_started
 from boltforge.node.follower import DesiredFollower, Heartbeats
 from boltforge.slurm.commands import Slurm, SlurmError
-from boltforge.slurm.gang import TAG, BridgeState, Gang, job_comment, parse_admin_comment
+from boltforge.slurm.gang import TAG, BridgeState, SlurmGang, job_comment, parse_admin_comment
 from boltforge.slurm.identity import (
     NoIdentity,
     RunAs,
@@ -373,7 +373,7 @@ class SlurmBridge:
             if sid in self.state.gangs or job.state in RUNNING:
                 continue  # the previous epoch is still leaving
             ordered = dict(sorted(placed.items(), key=lambda kv: int(kv[0].rsplit(".", 1)[1])))
-            gang = Gang(bf, epoch, ordered)
+            gang = SlurmGang(bf, epoch, ordered)
             if job.finished:
                 await self.slurm.requeue_held(sid)
             await self.slurm.admin_comment(sid, gang.admin_comment())
@@ -421,7 +421,7 @@ class SlurmBridge:
         if sid is None:
             return
         ordered = dict(sorted(placed.items(), key=lambda kv: int(kv[0].rsplit(".", 1)[1])))
-        gang = Gang(bf, epoch, ordered, made=True)
+        gang = SlurmGang(bf, epoch, ordered, made=True)
         self.state.bf_of[sid], self.state.made[sid] = bf, (bf, epoch)
         await self.slurm.admin_comment(sid, gang.admin_comment())
         await self.slurm.start_on(sid, list(ordered.values()))
@@ -473,7 +473,7 @@ class SlurmBridge:
     def _fail(self, bf: str, epoch: int, placed: dict[str, str], why: str) -> None:
         """Report an epoch the bridge will not run as failed, with ``why`` (the job's
         reason), and never try it again."""
-        self._queue(Gang(bf, epoch, placed).events("failed", detail=why))
+        self._queue(SlurmGang(bf, epoch, placed).events("failed", detail=why))
         self.state.foreign.add((bf, epoch))
         self._make_failing.pop((bf, epoch), None)
         log.warning("%s epoch %d not run: %s", bf, epoch, why)
@@ -511,7 +511,7 @@ class SlurmBridge:
         specs = [s for n in set(placed.values()) for s in self.state.desired.get(n, [])]
         return max((s.grace_s for s in specs if s.replica in placed), default=self.grace_s)
 
-    async def _stopped(self, sid: str, gang: Gang, job: SlurmJob | None) -> None:
+    async def _stopped(self, sid: str, gang: SlurmGang, job: SlurmJob | None) -> None:
         """A stopped gang's job ended, or its grace ran out: requeue it held for its next
         placement (or cancel it when its Boltforge job was cancelled), and report the exit."""
         detail = await asyncio.to_thread(self.api.job, gang.job)

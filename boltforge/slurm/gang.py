@@ -17,7 +17,7 @@ MADE = "made=1"  # in the admin comment: the bridge made this Slurm job (``launc
 
 
 @dataclass
-class Gang:
+class SlurmGang:
     """A Slurm job the bridge started for one epoch of a Boltforge job: which replica runs
     on which node, in rank order; whether its start was reported; when its stop's grace
     ends (None while it is not being stopped)."""
@@ -65,7 +65,7 @@ def job_comment(job: str) -> str:
     return f"{TAG} job={job}"
 
 
-def parse_admin_comment(text: str) -> tuple[str | None, Gang | None]:
+def parse_admin_comment(text: str) -> tuple[str | None, SlurmGang | None]:
     """The Boltforge job id (and the gang, once started) kept in a job's admin comment."""
     if not text.startswith(f"{TAG} "):
         return None, None
@@ -75,7 +75,7 @@ def parse_admin_comment(text: str) -> tuple[str | None, Gang | None]:
         return job, None
     placed = dict(p.split("@", 1) for p in fields["replicas"].split(",") if "@" in p)
     made = f"made={fields.get('made')}" == MADE
-    return job, Gang(job, int(fields["epoch"]), placed, started=True, made=made)
+    return job, SlurmGang(job, int(fields["epoch"]), placed, started=True, made=made)
 
 
 @dataclass
@@ -85,7 +85,7 @@ class BridgeState:
     leases: dict[str, Lease] = field(default_factory=dict)
     desired: dict[str, list[ReplicaSpec]] = field(default_factory=dict)
     bf_of: dict[str, str] = field(default_factory=dict)  # Slurm job id -> Boltforge job id
-    gangs: dict[str, Gang] = field(default_factory=dict)  # Slurm job id -> its started gang
+    gangs: dict[str, SlurmGang] = field(default_factory=dict)  # Slurm job id -> its started gang
     last_epoch: dict[str, int] = field(default_factory=dict)  # the last epoch started
     refused: set[str] = field(default_factory=set)
     cancelled: set[str] = field(default_factory=set)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from kube_unit_kit import kgroup, kpod
 
 from boltforge.kube import model
-from boltforge.kube.gangs import Gang, GangIndex, GangKey, gangs, key_of, preemptible
+from boltforge.kube.gangs import GangIndex, GangKey, PodGang, gangs, key_of, preemptible
 from boltforge.kube.model import GANG, GANG_SIZE, Budget
 from boltforge.testing.kube_builders import pdb_json
 
@@ -160,7 +160,7 @@ def test_the_idempotency_key_is_the_same_whichever_order_the_pods_are_seen(
 
 
 def test_a_long_idempotency_key_is_cut_at_200_characters() -> None:
-    gang = Gang(GangKey("ns", "podgroup", "x" * 300), group_uid="u")
+    gang = PodGang(GangKey("ns", "podgroup", "x" * 300), group_uid="u")
     key = gang.idempotency_key()
     assert len(key) == 200 and key.startswith("k8s/ns/podgroup/xxx")
 
@@ -176,13 +176,13 @@ def test_a_long_idempotency_key_is_cut_at_200_characters() -> None:
     ids=["plain", "case", "long", "nothing-left"],
 )
 def test_a_gangs_job_name_is_a_boltforge_name(namespace: str, name: str, job: str) -> None:
-    assert Gang(GangKey(namespace, "podgroup", name)).job_name() == job
+    assert PodGang(GangKey(namespace, "podgroup", name)).job_name() == job
 
 
 # preemption
 
 
-def gang_of(pods: list[model.KubePod], min_member: int = 1) -> Gang:
+def gang_of(pods: list[model.KubePod], min_member: int = 1) -> PodGang:
     (gang,) = gangs(pods, {"research/g": kgroup("g", min_member)}).values()
     return gang
 
@@ -282,7 +282,7 @@ def test_a_gang_index_fed_change_sets_matches_gangs_worked_out_from_scratch(
         assert _shape(kept) == _shape(gangs(pods.values(), groups))
 
 
-def _shape(found: dict[GangKey, Gang]) -> dict[GangKey, tuple[object, ...]]:
+def _shape(found: dict[GangKey, PodGang]) -> dict[GangKey, tuple[object, ...]]:
     return {k: (sorted(p.uid for p in g.pods), g.min_member, g.group_uid) for k, g in found.items()}
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from slurm_builders import sinfo_node, squeue_job
 
-from boltforge.slurm.gang import Gang, parse_admin_comment
+from boltforge.slurm.gang import SlurmGang, parse_admin_comment
 from boltforge.slurm.model import SlurmJob, SlurmNode, parse_jobs, parse_nodes
 from boltforge.slurm.translate import (
     COMMAND,
@@ -264,13 +264,13 @@ def test_whole_nodes_check_refuses_gpus_that_do_not_split() -> None:
 
 
 def test_a_started_gang_round_trips_through_the_admin_comment() -> None:
-    gang = Gang("j-7f3a", 2, {"j-7f3a.2.0": "gpu07", "j-7f3a.2.1": "gpu03"})
+    gang = SlurmGang("j-7f3a", 2, {"j-7f3a.2.0": "gpu07", "j-7f3a.2.1": "gpu03"})
     text = gang.admin_comment()
 
     assert text == "boltforge job=j-7f3a epoch=2 replicas=j-7f3a.2.0@gpu07,j-7f3a.2.1@gpu03"
     job, found = parse_admin_comment(text)
     assert job == "j-7f3a"
-    assert found == Gang("j-7f3a", 2, gang.replicas, started=True)
+    assert found == SlurmGang("j-7f3a", 2, gang.replicas, started=True)
     assert found is not None
     assert list(found.replicas.items()) == list(gang.replicas.items())  # rank order kept
 
