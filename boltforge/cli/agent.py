@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 AGENT_TOKEN = TokenSource("--token", "--token-file", "BOLT_TOKEN")
 
 
-class Runtime(StrEnum):
+class ReplicaRuntime(StrEnum):
     """What runs a replica whose job names an image."""
 
     PROCESS = "process"
@@ -119,13 +119,13 @@ def agent_command(
         ),
     ] = LEFTOVER_GRACE_S,
     runtime: Annotated[
-        Runtime,
+        ReplicaRuntime,
         typer.Option(
             help="How replicas whose job names an `image` run: as containers on podman or "
             "docker (isolated, limited; see docs/forge.md). With `process` they fail to "
             "start on this node; replicas without an image run as processes either way.",
         ),
-    ] = Runtime.PROCESS,
+    ] = ReplicaRuntime.PROCESS,
     ca: Annotated[
         Path | None,
         typer.Option(
@@ -204,12 +204,12 @@ def _identities(allow_shared: bool, prefix: str, pairs: list[str]) -> Identities
     return identities
 
 
-def _engine(runtime: Runtime) -> Engine | None:
+def _engine(runtime: ReplicaRuntime) -> Engine | None:
     """The container engine ``--runtime`` names (None for processes); exits 2 when it is not
     installed."""
     from boltforge.agent.containers import Engine, EngineMissing
 
-    if runtime is Runtime.PROCESS:
+    if runtime is ReplicaRuntime.PROCESS:
         return None
     try:
         return Engine.find(runtime.value)
