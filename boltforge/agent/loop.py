@@ -37,6 +37,7 @@ from boltforge.agent.client import (
     Refused,
     ServerClient,
     SessionLost,
+    StoreAway,
 )
 from boltforge.agent.containers import Engine
 from boltforge.agent.identity import Identities
@@ -90,6 +91,7 @@ class Agent:
         self.client, self.inventory = client, inventory
         self.leftover_grace_s = leftover_grace_s
         self.poll_wait_s, self.tick_s, self.max_backoff_s = poll_wait_s, tick_s, max_backoff_s
+        self._report_again_in: float | None = None  # the Retry-After of a store away
         self.outbox = Outbox()
         hooks = hooks or NodeHooks()
         self.runtime = AgentRuntime(
@@ -360,8 +362,9 @@ class Agent:
                 await asyncio.sleep(self.tick_s)
             elif await self._send(session, batch):
                 backoff.reset()
-            else:
-                await asyncio.sleep(backoff.next())
+            else:  # the server's store away: when it asked; else: backing off
+                again, self._report_again_in = self._report_again_in, None
+                await asyncio.sleep(again if again is not None else backoff.next())
 
     async def _send(self, session: Session, batch: Batch) -> bool:
         """Send one batch. True when the server took it (or refused it for good)."""
@@ -369,6 +372,10 @@ class Agent:
             reply = await self.client.report(session.node, batch.report)
         except SessionLost:
             self._lose(session)
+            return False
+        except StoreAway as e:
+            log.info("report held while the server's store is away: %s", e)
+            self._report_again_in = e.retry_after
             return False
         except Refused as e:
             taken = batch.events + batch.logs + batch.progress

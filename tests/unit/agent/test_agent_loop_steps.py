@@ -22,7 +22,7 @@ import pytest
 from boltforge import __version__
 from boltforge.agent import loop as loop_module
 from boltforge.agent.activity import MIB
-from boltforge.agent.client import Backoff, Refused, ServerClient
+from boltforge.agent.client import Backoff, Refused, ServerClient, StoreAway
 from boltforge.agent.loop import EXIT_OK, EXIT_REFUSED, Agent, _exit_code
 from boltforge.agent.preflight import NodeHooks, Preflight
 from boltforge.agent.processes import replica_paths
@@ -848,3 +848,49 @@ def test_the_exit_code_is_2_for_a_refused_node_0_otherwise_and_other_errors_prop
             _exit_code({await finished(error=RuntimeError("bug"))})
 
     asyncio.run(go())
+
+
+class _Sleeps:
+    """``asyncio`` for the agent's loop module, recording the sleeps it asks for."""
+
+    def __init__(self) -> None:
+        self.asked: list[float] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(asyncio, name)
+
+    async def sleep(self, seconds: float) -> None:
+        self.asked.append(seconds)
+        await asyncio.sleep(0)
+
+
+def test_a_report_held_by_the_servers_store_is_sent_again_when_the_server_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 503 of a store away past the client's own patience: the next try comes after the
+    server's Retry-After (1.5 s here), not after the agent's backoff (0.01 s)."""
+    plane = Plane()
+    agent = agent_for(plane, tmp_path)
+    sleeps = _Sleeps()
+    monkeypatch.setattr(loop_module, "asyncio", sleeps)
+    real = agent.client.report
+    answers: list[Exception] = [StoreAway("503 the store is unavailable", 1.5)]
+
+    async def report(node: str, body: Any) -> Any:
+        if answers:
+            raise answers.pop()
+        return await real(node, body)
+
+    async def go() -> None:
+        await agent._register()
+        agent.outbox.add_event(started())
+        monkeypatch.setattr(agent.client, "report", report)
+        sending = asyncio.ensure_future(agent._send_reports())
+        await until(lambda: len(agent.outbox) == 0)
+        sending.cancel()
+        await asyncio.gather(sending, return_exceptions=True)
+        await agent.client.aclose()
+
+    run(go)
+    assert 1.5 in sleeps.asked
+    assert len(plane.events()) == 1
