@@ -2,7 +2,7 @@
 the store get 503 with Retry-After and since when, /healthz says degraded, /metrics says so,
 agents' heartbeats are held, the loop pauses, and once the store is back nothing accepted was
 lost, the same idempotency key finishes the submission, and the loop resumes with a full pass.
-Faults are injected at the SQLite layer (``store_faults``)."""
+Faults are injected at the SQLite layer (``store_outage_kit``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from control_kit import ADMIN, Fleet, make_spec, wait_for
-from store_faults import away, disk_full
+from store_outage_kit import away, disk_full
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from control_kit import ADMIN, Fleet, make_spec
-from store_faults import away
+from store_outage_kit import away
 
 from boltforge.client import ApiFailure, Client
 from boltforge.wire.jobs import SubmitReply, SubmitRequest
