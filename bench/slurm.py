@@ -16,13 +16,21 @@ and ``bolt slurm-bridge``.
   (``bolt``); how many multi-node jobs each ran across both racks, and how long each took
   from the first submission until nothing ran or waited (``sequence_s``).
 
+- **slurmctld_rpcs_per_s**: the bridge's ``REQUEST_JOB_INFO`` calls a second (each one
+  ``squeue``), read from ``sdiag`` (reset first) over ``LOAD_S`` while two managed jobs run
+  and nothing else asks slurmctld for jobs.
+- **restarted_after_bridge_outage**: those two jobs, the bridge killed and away for twice the
+  server's lease (``LEASE_S``), then started again: how many were restarted (a Boltforge
+  restart or epoch, or Slurm's ``restart_cnt``). Slurm ran them all along: 0 is right.
+
 Slurm's scheduling passes run every 2 s here (``SchedulerParameters=sched_interval=2,
 bf_interval=2``); ``--slurm-defaults`` keeps Slurm's own 60 s and 30 s. Both sides run on
 the same cluster either way.
 
 ``--json`` prints ``{"preempt_signal_ms": {"p50", "p99"}, "slurm_preempt_signal_ms":
 {"p50", "p99"}, "split_jobs": {"slurm", "boltforge"}, "sequence_s": {"slurm", "boltforge"},
-"multi_node_jobs": N, ...}``.
+"multi_node_jobs": N, "slurmctld_rpcs_per_s": R, "restarted_after_bridge_outage": N, ...}``.
+``--bridge-poll`` sets the bridge's ``--poll`` (its default otherwise).
 Needs root and Debian's slurm-wlm and munge. Figures depend on the machine; nothing here
 asserts them.
 """
@@ -32,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import statistics
 import tempfile
 import time
@@ -52,6 +61,9 @@ while true; do sleep 0.05; done
 """
 QUICK = "sleep {seconds}\n"
 PHASE_S = 2.0  # the high job is sent within this long of the victim settling (the tests' pass)
+LEASE_S = 3.0  # the server's lease: the bridge's outage lasts twice this
+LOAD_S = 20.0  # how long slurmctld's RPCs are counted
+STEADY = "sleep 600\n"
 
 
 def pct(values: list[float]) -> dict[str, float]:
@@ -130,6 +142,54 @@ def splits(fleet: SlurmFleet, partition: str, seq: list[tuple[int, int]]) -> tup
     return len(multi), split, time.monotonic() - sent
 
 
+def job_info_calls(fleet: SlurmFleet) -> int:
+    """slurmctld's ``REQUEST_JOB_INFO`` count since ``sdiag`` was last reset."""
+    m = re.search(r"REQUEST_JOB_INFO\s+\(\s*\d+\)\s+count:(\d+)", fleet.slurm.run("sdiag"))
+    return int(m.group(1)) if m else 0
+
+
+def steady_jobs(fleet: SlurmFleet) -> dict[str, str]:
+    """Two managed jobs (2 nodes and 1 node) running; Slurm id -> Boltforge id."""
+    ids = [
+        fleet.slurm.sbatch("-p", "bolt", f"-N{n}", "--gres=gpu:8", script=STEADY) for n in (2, 1)
+    ]
+    running = ("RUNNING",)
+    wait_until(
+        lambda: all(fleet.queue()[i]["job_state"] in running for i in ids), 60, "both to run"
+    )
+    return {
+        sid: wait_until(partial(fleet.boltforge_id, sid), 30, "the Boltforge job") for sid in ids
+    }
+
+
+def rpcs_per_s(fleet: SlurmFleet) -> float:
+    """The bridge's ``REQUEST_JOB_INFO`` calls a second while nothing changes."""
+    fleet.slurm.run("sdiag", "--reset")
+    time.sleep(LOAD_S)
+    return job_info_calls(fleet) / LOAD_S
+
+
+def restarted_after_outage(fleet: SlurmFleet, jobs: dict[str, str]) -> int:
+    """Kill the bridge, keep it away for twice the lease, start it again: how many of
+    ``jobs`` were restarted by either side."""
+    fleet.kill_bridge()
+    time.sleep(LEASE_S * 2)
+    fleet.start_bridge()
+    api = fleet.api
+    wait_until(lambda: {n.state for n in api.nodes().nodes} == {"ready"}, 60, "nodes to return")
+    time.sleep(2 * LEASE_S)  # what a restart would do is done by now
+    queue = fleet.queue()
+    restarted = 0
+    for sid, bf in jobs.items():
+        detail = api.job(bf)
+        slurm_restarts = int(queue[sid].get("restart_cnt") or 0)
+        restarted += bool(detail.restarts or detail.epoch != 1 or slurm_restarts)
+    for bf in jobs.values():
+        api.cancel(bf)
+    wait_until(lambda: quiet(fleet), 60, "the cluster to empty")
+    return restarted
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
@@ -140,14 +200,20 @@ def main() -> None:
         action="store_true",
         help="Slurm's own scheduler intervals (60 s main, 30 s backfill) instead of 2 s",
     )
+    parser.add_argument("--bridge-poll", type=float, help="the bridge's --poll, in seconds")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     # Every round bumps the same GPUs, far beyond a real churn budget.
-    churn = ["--churn", "1000"]
+    server = ["--churn", "1000", "--heartbeat", "0.5", "--lease", str(LEASE_S)]
+    poll = ("--poll", str(args.bridge_poll)) if args.bridge_poll is not None else ()
+    scheduler = None if args.slurm_defaults else FAST_SCHEDULER
     with (
         tempfile.TemporaryDirectory(prefix="bench-slurm-") as tmp,
-        slurm_fleet(Path(tmp), churn, None if args.slurm_defaults else FAST_SCHEDULER) as fleet,
+        slurm_fleet(Path(tmp), server, scheduler, bridge_args=poll) as fleet,
     ):
+        jobs = steady_jobs(fleet)
+        load = rpcs_per_s(fleet)
+        restarted = restarted_after_outage(fleet, jobs)
         rng = random.Random(args.seed)
         delays = [rng.uniform(0.0, PHASE_S) for _ in range(args.rounds)]
         ours = [signal_ms(fleet, "bolt", "bolt", "bolt", d) for d in delays]
@@ -162,6 +228,8 @@ def main() -> None:
         "split_jobs": {"slurm": slurm_split, "boltforge": bolt_split},
         "sequence_s": {"slurm": round(slurm_s, 1), "boltforge": round(bolt_s, 1)},
         "multi_node_jobs": multi,
+        "slurmctld_rpcs_per_s": round(load, 2),
+        "restarted_after_bridge_outage": restarted,
         "rounds": args.rounds,
         "jobs": args.jobs,
         "slurm_scheduler": "defaults" if args.slurm_defaults else FAST_SCHEDULER,
@@ -182,6 +250,8 @@ def main() -> None:
     print(f"{args.jobs}-job sequence, {multi} multi-node jobs split across racks:")
     print(f"  Slurm topology/tree {slurm_split}   Boltforge {bolt_split}")
     print(f"sent to all done: Slurm {slurm_s:.1f} s   Boltforge {bolt_s:.1f} s")
+    print(f"the bridge's REQUEST_JOB_INFO to slurmctld, steady: {load:.2f}/s (sdiag)")
+    print(f"jobs restarted after the bridge was away {2 * LEASE_S:g} s: {restarted}")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ class Bolt(LazyGroup):
         "server": Lazy("boltforge.cli.server", "server_command"),
         "agent": Lazy("boltforge.cli.agent", "agent_command"),
         "slurm-bridge": Lazy("boltforge.cli.slurm", "slurm_bridge_command"),
+        "slurm-release": Lazy("boltforge.cli.slurm", "slurm_release_command"),
         "kube-scheduler": Lazy("boltforge.cli.kube", "kube_scheduler_command"),
         "tour": Lazy("boltforge.cli.tour", "tour_command"),
         "submit": Lazy("boltforge.cli.submit", "submit_command", JOBS),

@@ -1,4 +1,5 @@
-"""``bolt slurm-bridge``: run Boltforge as the scheduler of an existing Slurm cluster."""
+"""``bolt slurm-bridge``: run Boltforge as the scheduler of an existing Slurm cluster;
+``bolt slurm-release``: take it out again."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 from rich.markup import escape
 
-from boltforge.cli.common import EXIT_BAD_INPUT, errors
+from boltforge.cli.common import EXIT_BAD_INPUT, console, errors
 from boltforge.cli.credentials import BRIDGE_TOKEN, forget_env, read_token
 
 if TYPE_CHECKING:
@@ -71,7 +72,15 @@ def slurm_bridge_command(
     grace: Annotated[
         float, typer.Option(metavar="SECONDS", help="Checkpoint grace of a preempted job.")
     ] = 60.0,
-    poll: Annotated[float, typer.Option(metavar="SECONDS", help="How often squeue is read.")] = 0.1,
+    poll: Annotated[
+        float,
+        typer.Option(
+            metavar="SECONDS",
+            help="How often squeue is read while nothing the bridge did is under way (a start "
+            "not yet running, a stop not yet ended: every 0.1 s then); the wake file and the "
+            "server's decisions call a read at once.",
+        ),
+    ] = 2.0,
     wake_file: Annotated[
         Path | None,
         typer.Option(
@@ -133,6 +142,30 @@ def slurm_bridge_command(
     switching.responsive()
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve())
+
+
+def slurm_release_command(
+    slurm_conf: Annotated[
+        Path | None, typer.Option(envvar="SLURM_CONF", help="slurm.conf; default: Slurm's own.")
+    ] = None,
+) -> None:
+    """Hand every job back to Slurm: release the jobs Boltforge held, clear their node pins
+    (NodeList) and clear Boltforge's comment and admin comment on every job not finished.
+    Run it as root after stopping the bridge and removing job_submit.lua (a bridge still
+    running holds them again). See docs/slurm.md, "Taking it out again"."""
+    import asyncio
+
+    from boltforge.slurm.commands import Slurm, SlurmError
+    from boltforge.slurm.release import release_all
+
+    try:
+        done = asyncio.run(release_all(Slurm(str(slurm_conf) if slurm_conf else None)))
+    except SlurmError as e:
+        errors.print(f"[bold red]error[/] {escape(str(e))}", highlight=False)
+        raise typer.Exit(1) from None
+    held = " ".join(done.released) or "-"
+    console.print(f"released {len(done.released)} held job(s): {held}", highlight=False)
+    console.print(f"cleared Boltforge's words from {len(done.cleared)} other job(s)")
 
 
 def _team_users(pairs: list[str], pattern: str | None) -> TeamUsers:

@@ -1,6 +1,8 @@
 """The Slurm bridge: Slurm's nodes and held jobs in, the control plane's intent out.
 
-Each pass (every ``poll_s``, or at once when a node's desired state changes) it:
+Each pass (at once when a node's desired state changes or the wake file is touched; else
+every ``busy_poll_s`` while something the bridge did is under way, a gang started but not
+yet running or one being stopped, and every ``poll_s`` otherwise) it:
 
 1. reads ``squeue`` (and, every ``nodes_every_s``, ``sinfo``) for the managed partitions;
 2. registers each responding node with its inventory and what it runs, and renews every
@@ -101,6 +103,7 @@ IMAGE_HINT = (  # fits a comment (250 characters) with a team name of up to 20
 MAKE_RETRY_S = 30.0  # how long a failing sbatch of a made job is tried again before it fails
 MAKE_AGAIN_S = 2.0  # and how often
 
+BUSY_POLL_S = 0.1  # how often squeue is read while a start or a stop is under way
 WAKE_CHECK_S = 0.005  # how often the wake file is looked at (a stat: next to nothing)
 
 
@@ -129,7 +132,8 @@ class SlurmBridge:
         default_team: str = "default",
         team_users: TeamUsers | None = None,
         grace_s: float = 60.0,
-        poll_s: float = 0.1,
+        poll_s: float = 2.0,
+        busy_poll_s: float = BUSY_POLL_S,
         wake_file: Path | None = None,
         nodes_every_s: float = 2.0,
         comments_every_s: float = 2.0,
@@ -143,6 +147,7 @@ class SlurmBridge:
         # (Boltforge job, epoch) whose sbatch fails -> (since when, when to try again)
         self._make_failing: dict[tuple[str, int], tuple[float, float]] = {}
         self.poll_s, self.nodes_every_s, self.wait_s = poll_s, nodes_every_s, wait_s
+        self.busy_poll_s = min(busy_poll_s, poll_s)
         self.wake_file = wake_file
         self.comments_every_s = comments_every_s
         self.state = BridgeState()
@@ -169,13 +174,22 @@ class SlurmBridge:
                     log.warning("bridge pass failed, retrying: %s", e)
                     await asyncio.sleep(1.0)
                 with suppress(TimeoutError):  # not wait_for: on 3.11 it can swallow a cancel
-                    async with asyncio.timeout(self.poll_s):
+                    async with asyncio.timeout(self._next_read_s()):
                         await self._wake.wait()
         finally:
             tasks += [self._following] if self._following is not None else []
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _next_read_s(self) -> float:
+        """How long until the next pass when nothing wakes one: ``busy_poll_s`` while a gang
+        the bridge started is not yet seen running, or one it stops has not ended, or a made
+        job's ``sbatch`` is to be tried again; ``poll_s`` otherwise (each pass is one
+        ``REQUEST_JOB_INFO`` to slurmctld)."""
+        gangs = self.state.gangs.values()
+        busy = any(not g.started or g.stop_by is not None for g in gangs) or self._make_failing
+        return self.busy_poll_s if busy else self.poll_s
 
     async def _say_if_accounts_unchecked(self) -> None:
         """Warn, once at start, when Slurm lets any user name any account (an ``sbatch``

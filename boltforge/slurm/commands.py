@@ -76,8 +76,15 @@ class Slurm:
         return [n for n in parse_nodes(data) if set(n.partitions) & set(partitions)]
 
     async def jobs(self, partitions: Sequence[str]) -> list[SlurmJob]:
+        """The jobs of ``partitions``, finished ones included: one ``REQUEST_JOB_INFO`` to
+        slurmctld (22.05's ``squeue --json`` lists every job whatever ``-p`` says, so they
+        are kept here)."""
         data = await self._json("squeue", "--json", "--states=all", "-p", ",".join(partitions))
         return [j for j in parse_jobs(data) if j.partition in partitions]
+
+    async def all_jobs(self) -> list[SlurmJob]:
+        """Every job slurmctld still lists, in any partition and state."""
+        return parse_jobs(await self._json("squeue", "--json", "--states=all"))
 
     async def start_on(self, job: str, nodes: Sequence[str]) -> None:
         """Start a held job on exactly ``nodes``: pin its node list, make it eligible now
@@ -123,6 +130,16 @@ class Slurm:
 
     async def comment(self, job: str, text: str) -> None:
         await self.run("scontrol", "update", f"JobId={job}", f"Comment={text}")
+
+    async def unpin(self, job: str, pending: bool) -> None:
+        """Clear what Boltforge wrote on a job: its comment, its admin comment and, when the
+        job is ``pending``, its node list (a running job's cannot change) and the start time
+        a held requeue put off, so Slurm may start it at once, anywhere it fits."""
+        fields = ["NodeList=", "StartTime=now"] if pending else []
+        await self.run("scontrol", "update", f"JobId={job}", *fields, "Comment=", "AdminComment=")
+
+    async def release(self, job: str) -> None:
+        await self.run("scontrol", "release", job)
 
     async def admin_comment(self, job: str, text: str) -> None:
         await self.run("scontrol", "update", f"JobId={job}", f"AdminComment={text}")

@@ -289,3 +289,20 @@ def test_a_touch_of_the_wake_file_starts_a_pass_at_once(tmp_path: Path) -> None:
             await task
 
     asyncio.run(go())
+
+
+def test_the_bridge_reads_squeue_often_only_while_a_start_or_a_stop_is_under_way() -> None:
+    slurm, server = FakeSlurm(), FakeServer()
+    sid = slurm.submit(job_id=7)
+    b = bridge(slurm, server)
+    run(b)
+    assert b._next_read_s() == b.poll_s == 2.0  # a held job submitted: nothing under way
+    wants(b, "run", "1", 1, ["n1"])
+    run(b)
+    assert b._next_read_s() == b.busy_poll_s == 0.1  # started, not yet seen running
+    slurm.set(sid, state="RUNNING")
+    run(b)
+    assert b._next_read_s() == 2.0
+    wants(b, "stop", "1", 1, ["n1"])
+    run(b)
+    assert b._next_read_s() == 0.1  # signalled, its job not ended yet

@@ -287,3 +287,24 @@ def test_a_missing_command_is_an_os_error_the_bridge_retries(
     monkeypatch.setenv("PATH", str(empty))
     with pytest.raises(OSError):
         run(lambda: Slurm().hold("5"))
+
+
+def test_the_way_out_reads_every_job_and_clears_a_pending_jobs_pin_with_its_words(
+    stand: Stand,
+) -> None:
+    stand.answer_json("squeue", {"jobs": [squeue_job(job_id=1, partition="debug")]})
+    assert [j.id for j in run(lambda: Slurm().all_jobs())] == ["1"]
+    run(lambda: Slurm().unpin("1", pending=True))
+    run(lambda: Slurm().unpin("2", pending=False))
+    assert stand.args()[1:] == [
+        [
+            "scontrol",
+            "update",
+            "JobId=1",
+            "NodeList=",
+            "StartTime=now",
+            "Comment=",
+            "AdminComment=",
+        ],
+        ["scontrol", "update", "JobId=2", "Comment=", "AdminComment="],
+    ]
