@@ -88,6 +88,15 @@ def slurm_bridge_command(
             "read as soon as it changes, not only every --poll."
         ),
     ] = None,
+    qos_class: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="QOS=CLASS",
+            help="The priority class of a Slurm QOS (repeat for several), e.g. urgent=high. "
+            "A QOS named like a class (high, normal, low, ...) is that class; any other runs "
+            "as normal and its jobs' comments say so.",
+        ),
+    ] = None,
 ) -> None:
     """Schedule a Slurm cluster's GPU partitions: hold their jobs (deploy/slurm/job_submit.lua),
     place each on the topology, start it on exactly the chosen nodes, preempt with the
@@ -121,6 +130,7 @@ def slurm_bridge_command(
         raise typer.Exit(EXIT_BAD_INPUT)
     switches = parse_topology(topo.read_text()) if topo is not None and topo.is_file() else {}
     team_users = _team_users(team_user or [], team_user_pattern)
+    qos_classes = _qos_classes(qos_class or [])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
@@ -136,6 +146,7 @@ def slurm_bridge_command(
             grace_s=grace,
             poll_s=poll,
             wake_file=wake_file,
+            qos_classes=qos_classes,
         )
         await bridge.run()
 
@@ -166,6 +177,26 @@ def slurm_release_command(
     held = " ".join(done.released) or "-"
     console.print(f"released {len(done.released)} held job(s): {held}", highlight=False)
     console.print(f"cleared Boltforge's words from {len(done.cleared)} other job(s)")
+
+
+def _qos_classes(pairs: list[str]) -> dict[str, str]:
+    """The QOS -> priority class map of ``--qos-class``; exits 2 naming the option when a
+    pair is malformed or names no class."""
+    from boltforge.spec.job import PRIORITY_CLASSES
+
+    out: dict[str, str] = {}
+    for pair in pairs:
+        qos, _, cls = pair.partition("=")
+        if not qos or cls not in PRIORITY_CLASSES:
+            words = ", ".join(PRIORITY_CLASSES)
+            errors.print(
+                f"[bold red]error[/] --qos-class {escape(pair)}: expected QOS=CLASS with a "
+                f"class of {words}. To fix: e.g. --qos-class urgent=high",
+                highlight=False,
+            )
+            raise typer.Exit(EXIT_BAD_INPUT)
+        out[qos] = cls
+    return out
 
 
 def _team_users(pairs: list[str], pattern: str | None) -> TeamUsers:

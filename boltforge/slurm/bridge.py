@@ -50,7 +50,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
 
@@ -58,6 +58,7 @@ from boltforge.agent.client import AgentClientError, ServerClient
 from boltforge.client import ApiFailure, Client
 from boltforge.node.converge import never_started
 from boltforge.node.follower import DesiredFollower, Heartbeats
+from boltforge.slurm import words
 from boltforge.slurm.commands import Slurm, SlurmError
 from boltforge.slurm.gang import TAG, BridgeState, SlurmGang, job_comment, parse_admin_comment
 from boltforge.slurm.identity import (
@@ -76,7 +77,9 @@ from boltforge.slurm.translate import (
     check_whole_nodes,
     inventory,
     job_spec,
+    priority_class,
 )
+from boltforge.slurm.words import JobView, qos_note, refusal_comment, sbatch_words
 from boltforge.wire.agent import (
     DesiredChanges,
     Lease,
@@ -85,7 +88,7 @@ from boltforge.wire.agent import (
     ReplicaSpec,
     ReplicaStatus,
 )
-from boltforge.wire.jobs import TERMINAL, SubmitRequest
+from boltforge.wire.jobs import TERMINAL, JobSummary, SubmitRequest
 
 log = logging.getLogger("boltforge.slurm")
 
@@ -104,6 +107,8 @@ MAKE_RETRY_S = 30.0  # how long a failing sbatch of a made job is tried again be
 MAKE_AGAIN_S = 2.0  # and how often
 
 BUSY_POLL_S = 0.1  # how often squeue is read while a start or a stop is under way
+DETAIL_EVERY_S = 10.0  # how often a waiting job's detail (why preemption is out) is read again
+ROOM_REASONS = frozenset({"capacity", "topology", "preemption-budget"})  # waits for room
 WAKE_CHECK_S = 0.005  # how often the wake file is looked at (a stat: next to nothing)
 
 
@@ -138,6 +143,7 @@ class SlurmBridge:
         nodes_every_s: float = 2.0,
         comments_every_s: float = 2.0,
         wait_s: float = 20.0,
+        qos_classes: Mapping[str, str] | None = None,
     ) -> None:
         self.slurm, self.agents, self.api = slurm, agents, api
         self.partitions = list(partitions)
@@ -150,6 +156,10 @@ class SlurmBridge:
         self.busy_poll_s = min(busy_poll_s, poll_s)
         self.wake_file = wake_file
         self.comments_every_s = comments_every_s
+        self.qos_classes = dict(qos_classes or {})
+        self._unmapped_qos: set[str] = set()  # QOS names already logged as naming no class
+        # Boltforge job -> (its waiting reason, the server's waiting detail, when read)
+        self._detail: dict[str, tuple[str, tuple[str, ...], float]] = {}
         self.state = BridgeState()
         self.jobs: dict[str, SlurmJob] = {}
         self.nodes: dict[str, SlurmNode] = {}
@@ -165,22 +175,35 @@ class SlurmBridge:
         await self._say_if_accounts_unchecked()
         watch = self.wake_file
         tasks = [asyncio.create_task(self._watch(watch))] if watch is not None else []
+        read_at, woken = 0.0, False
         try:
             while True:
                 self._wake.clear()  # a wake during the pass calls the next one at once
                 try:
-                    await self.step()
+                    if woken or time.monotonic() >= read_at:
+                        await self.step()
+                        read_at = time.monotonic() + self._next_read_s()
+                    else:  # only the leases are due: no squeue
+                        await self._heartbeats()
                 except (SlurmError, AgentClientError, ApiFailure, OSError) as e:
                     log.warning("bridge pass failed, retrying: %s", e)
                     await asyncio.sleep(1.0)
-                with suppress(TimeoutError):  # not wait_for: on 3.11 it can swallow a cancel
-                    async with asyncio.timeout(self._next_read_s()):
-                        await self._wake.wait()
+                woken = await self._sleep_until(read_at)
         finally:
             tasks += [self._following] if self._following is not None else []
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _sleep_until(self, read_at: float) -> bool:
+        """Wait for a wake (True), or until ``read_at`` or the next heartbeat, whichever
+        comes first (False): the leases are renewed on time however long ``poll_s`` is."""
+        renew_at = self.heartbeats.next_at if self.state.leases else read_at
+        with suppress(TimeoutError):  # not wait_for: on 3.11 it can swallow a cancel
+            async with asyncio.timeout(max(0.0, min(read_at, renew_at) - time.monotonic())):
+                await self._wake.wait()
+                return True
+        return False
 
     def _next_read_s(self) -> float:
         """How long until the next pass when nothing wakes one: ``busy_poll_s`` while a gang
@@ -338,7 +361,7 @@ class SlurmBridge:
     async def _submit(self, job: SlurmJob) -> None:
         try:
             check_whole_nodes(job, max((n.gpus for n in self.nodes.values()), default=0))
-            spec = job_spec(job, self.default_team, self.grace_s)
+            spec = job_spec(job, self.default_team, self.grace_s, self.qos_classes)
             req = SubmitRequest(spec=spec, source=f"slurm job {job.id}")
             key = f"slurm-{job.id}-{job.submit_time}"
             reply = await asyncio.to_thread(self.api.submit, req, key)
@@ -357,7 +380,7 @@ class SlurmBridge:
 
     async def _refuse(self, job: SlurmJob, why: str) -> None:
         self.state.refused.add(job.id)
-        await self.slurm.comment(job.id, f"{TAG}: refused: {why}"[:250])
+        await self.slurm.comment(job.id, refusal_comment(why))
         log.warning("Slurm job %s refused: %s", job.id, why)
 
     # intent out
@@ -609,12 +632,13 @@ class SlurmBridge:
         if not mapped:
             return
         listed = await asyncio.to_thread(self.api.jobs, ids=sorted(mapped))
+        self._detail = {bf: d for bf, d in self._detail.items() if bf in mapped}
         await self._cancel_ended({s.id for s in listed.jobs})
         for summary in listed.jobs:
             sid = mapped.get(summary.id)
             if sid is None:
                 continue
-            text = _comment(summary.state, summary.reason, summary.nodes, summary.position)
+            text = words.job_comment(await self._view(summary, self.jobs[sid]))
             if text and self.state.comments.get(sid) != text:
                 await self.slurm.comment(sid, text)
                 self.state.comments[sid] = text
@@ -632,6 +656,47 @@ class SlurmBridge:
                 await self.slurm.cancel(sid)
                 log.info("Slurm job %s cancelled: Boltforge job %s is %s", sid, bf, detail.state)
 
+    async def _view(self, summary: JobSummary, job: SlurmJob) -> JobView:
+        """What the comment of ``job`` says, from the server's ``summary`` of it, the
+        server's waiting detail when preemption may be what keeps it waiting
+        (``_waiting_detail``), and the bridge's own note on its QOS."""
+        detail = await self._waiting_detail(summary)
+        note = self._qos_note(job)
+        return JobView(
+            state=summary.state,
+            reason=summary.reason,
+            nodes=summary.nodes,
+            position=summary.position,
+            detail=detail,
+            slurm_running=job.state == "RUNNING",
+            notes=(note,) if note else (),
+        )
+
+    async def _waiting_detail(self, summary: JobSummary) -> tuple[str, ...]:
+        """The server's waiting detail (``bolt explain``'s lines) of a job that waits for
+        room, which names what ruled preemption out; read again when its reason changes or
+        ``DETAIL_EVERY_S`` passed, none for a job that does not wait for room."""
+        if summary.state not in words.WAITING or summary.reason not in ROOM_REASONS:
+            self._detail.pop(summary.id, None)
+            return ()
+        now = time.monotonic()
+        known = self._detail.get(summary.id)
+        if known is not None and known[0] == summary.reason and now - known[2] < DETAIL_EVERY_S:
+            return known[1]
+        detail = tuple((await asyncio.to_thread(self.api.job, summary.id)).waiting)
+        self._detail[summary.id] = (summary.reason, detail, now)
+        return detail
+
+    def _qos_note(self, job: SlurmJob) -> str:
+        """The note of a job whose QOS names no priority class; logged once per QOS."""
+        qos = job.requested_qos
+        if not qos or priority_class(qos, self.qos_classes) is not None:
+            return ""
+        if qos not in self._unmapped_qos:
+            self._unmapped_qos.add(qos)
+            log.warning("QOS %s names no priority class: its jobs run as normal (--qos-class)", qos)
+        return qos_note(qos, None)
+
 
 def _refusal(e: ApiFailure, team: str) -> str:
     """The comment of a Slurm job the server refused: its words and each problem's; a job
@@ -639,13 +704,4 @@ def _refusal(e: ApiFailure, team: str) -> str:
     fixes = "; ".join(f"{p.field}: {p.message}" for p in e.problems)
     if any(p.field.endswith("image") for p in e.problems):
         return IMAGE_HINT.format(team=team)
-    return f"{e.message}{' (' + fixes + ')' if fixes else ''}"
-
-
-def _comment(state: str, reason: str, nodes: str, position: int | None) -> str:
-    if state == "pending":
-        where = f" (#{position} in line)" if position is not None else ""
-        return f"{TAG}: waiting{where}: {reason or 'next pass'}"[:250]
-    if state in ("scheduled", "running"):
-        return f"{TAG}: placed on {nodes}"[:250] if nodes else ""
-    return ""
+    return sbatch_words(f"{e.message}{' (' + fixes + ')' if fixes else ''}")

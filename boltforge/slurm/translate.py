@@ -5,6 +5,7 @@ goes into the job's comment, where its user looks."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from boltforge.slurm.model import SlurmJob, SlurmNode
@@ -36,16 +37,29 @@ def inventory(node: SlurmNode, pool: str, switch: str | None) -> Inventory:
     )
 
 
-def job_spec(job: SlurmJob, default_team: str, grace_s: float) -> dict[str, Any]:
+def priority_class(qos: str, qos_classes: Mapping[str, str]) -> str | None:
+    """The priority class a QOS names: ``qos_classes``' entry for it (``--qos-class``), else
+    the QOS itself when it is named like a class; None when it names none (or is empty)."""
+    if qos in qos_classes:
+        return qos_classes[qos]
+    return qos if qos in PRIORITY_CLASSES else None
+
+
+def job_spec(
+    job: SlurmJob,
+    default_team: str,
+    grace_s: float,
+    qos_classes: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """The Boltforge job spec of a held Slurm job: one replica per node it asked for, with
     the GPUs, CPUs and memory per node it asked for; its account is its team
-    (``default_team`` when it has none), its QOS its priority class when the QOS is named
-    like one."""
+    (``default_team`` when it has none), its QOS's priority class its class
+    (``priority_class``; ``normal`` when the QOS names none)."""
     per_node = _per_node(job)
     spec: dict[str, Any] = {
         "name": _name(job),
         "team": job.account or default_team,
-        "priority": qos if (qos := job.requested_qos) in PRIORITY_CLASSES else "normal",
+        "priority": priority_class(job.requested_qos, qos_classes or {}) or "normal",
         "command": [COMMAND, job.id],
         "checkpoint": {"grace": f"{round(grace_s)}s"},
     }
@@ -90,14 +104,21 @@ def _per_node(job: SlurmJob) -> int:
 
 
 def check_whole_nodes(job: SlurmJob, gpus_per_node: int) -> None:
-    """A multi-node job must take whole nodes: Boltforge may put two replicas of a smaller
-    gang on one node, which Slurm's ``-N`` would not allow."""
+    """A job may ask no more GPUs per node than the largest node has (``gpus_per_node``;
+    0: no node known yet, nothing checked), and a multi-node job must take whole nodes:
+    Boltforge may put two replicas of a smaller gang on one node, which Slurm's ``-N``
+    would not allow. The message says the fix in ``sbatch`` options."""
     per_node = _per_node(job)
+    if gpus_per_node and per_node > gpus_per_node:
+        raise Untranslatable(
+            f"it asks {per_node} GPUs per node and nodes here have {gpus_per_node}. "
+            f"To fix: ask at most `--gres=gpu:{gpus_per_node}` per node, with -N for more nodes"
+        )
     if job.node_count > 1 and per_node and per_node != gpus_per_node:
         raise Untranslatable(
             f"a {job.node_count}-node job must take whole nodes of {gpus_per_node} GPUs "
-            f"(it asks {per_node} per node); submit --gres=gpu:{gpus_per_node} per node, "
-            "or one node"
+            f"(it asks {per_node} per node). To fix: submit --gres=gpu:{gpus_per_node} "
+            "per node, or one node"
         )
 
 

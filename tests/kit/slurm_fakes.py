@@ -116,6 +116,9 @@ class FakeServer:
         self.teams: dict[str, str] = {}  # a job's team; research when not named here
         self.refuse_with: ApiFailure | None = None
         self.shown = 1000  # the live jobs a listing without ids shows
+        self.waiting: dict[str, list[str]] = {}  # a job's waiting detail (bolt explain's lines)
+        self.detail_reads = 0  # how many times a job's detail was read
+        self.nodes: dict[str, str] = {}  # where a job's listing says it sits
 
     async def register(self, body: Registration) -> Lease:
         self.registered.append(body)
@@ -144,7 +147,9 @@ class FakeServer:
 
     def job(self, job: str) -> Any:
         state = self.states.get(job, "running")
-        return SimpleNamespace(id=job, state=state, team=self.teams.get(job, "research"))
+        self.detail_reads += 1
+        team, waiting = self.teams.get(job, "research"), self.waiting.get(job, [])
+        return SimpleNamespace(id=job, state=state, team=team, waiting=waiting)
 
     def jobs(self, ids: Sequence[str] = ()) -> Any:
         """Live jobs: the first ``shown`` of them, as the real listing shows its first
@@ -152,7 +157,13 @@ class FakeServer:
         live = [j for j, s in self.states.items() if s not in ("succeeded", "failed", "cancelled")]
         live = [j for j in live if j in ids] if ids else live[: self.shown]
         summaries = [
-            SimpleNamespace(id=j, state=self.states[j], reason="capacity", nodes="", position=0)
+            SimpleNamespace(
+                id=j,
+                state=self.states[j],
+                reason="capacity",
+                nodes=self.nodes.get(j, ""),
+                position=0,
+            )
             for j in live
         ]
         return SimpleNamespace(jobs=summaries)

@@ -15,7 +15,7 @@ import pytest
 from slurm_builders import sinfo_node, squeue_job
 
 from boltforge.client import ApiFailure
-from boltforge.slurm.bridge import SlurmBridge, _comment
+from boltforge.slurm.bridge import SlurmBridge
 from boltforge.slurm.model import SlurmJob, SlurmNode, parse_jobs, parse_nodes
 from boltforge.wire.agent import (
     AgentReport,
@@ -211,41 +211,6 @@ def running_gang(heartbeat_s: float = 5.0) -> tuple[Slurm, Server, SlurmBridge, 
     run(b)
     assert server.kinds("1.1.0") == ["started"]
     return slurm, server, b, sid
-
-
-# --- the comment users read in squeue -----------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("state", "reason", "nodes", "position", "text"),
-    [
-        ("pending", "quota", "", 3, "boltforge: waiting (#3 in line): quota"),
-        ("pending", "", "", None, "boltforge: waiting: next pass"),
-        ("scheduled", "", "n1,n2", None, "boltforge: placed on n1,n2"),
-        ("running", "", "n[1-4]", None, "boltforge: placed on n[1-4]"),
-        ("running", "", "", None, ""),
-        ("succeeded", "", "n1", None, ""),
-        ("cancelled", "by ada", "", None, ""),
-    ],
-    ids=[
-        "waiting with its place in line",
-        "waiting before its first pass",
-        "scheduled",
-        "running",
-        "running with no nodes named says nothing",
-        "finished says nothing",
-        "cancelled says nothing",
-    ],
-)
-def test_the_squeue_comment(
-    state: str, reason: str, nodes: str, position: int | None, text: str
-) -> None:
-    assert _comment(state, reason, nodes, position) == text
-
-
-def test_a_long_reason_is_cut_to_what_slurm_keeps() -> None:
-    text = _comment("pending", "x" * 400, "", 1)
-    assert len(text) == 250 and text.startswith("boltforge: waiting (#1 in line): xxx")
 
 
 # --- nodes --------------------------------------------------------------------------------
