@@ -175,22 +175,35 @@ class SlurmBridge:
         await self._say_if_accounts_unchecked()
         watch = self.wake_file
         tasks = [asyncio.create_task(self._watch(watch))] if watch is not None else []
+        read_at, woken = 0.0, False
         try:
             while True:
                 self._wake.clear()  # a wake during the pass calls the next one at once
                 try:
-                    await self.step()
+                    if woken or time.monotonic() >= read_at:
+                        await self.step()
+                        read_at = time.monotonic() + self._next_read_s()
+                    else:  # only the leases are due: no squeue
+                        await self._heartbeats()
                 except (SlurmError, AgentClientError, ApiFailure, OSError) as e:
                     log.warning("bridge pass failed, retrying: %s", e)
                     await asyncio.sleep(1.0)
-                with suppress(TimeoutError):  # not wait_for: on 3.11 it can swallow a cancel
-                    async with asyncio.timeout(self._next_read_s()):
-                        await self._wake.wait()
+                woken = await self._sleep_until(read_at)
         finally:
             tasks += [self._following] if self._following is not None else []
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _sleep_until(self, read_at: float) -> bool:
+        """Wait for a wake (True), or until ``read_at`` or the next heartbeat, whichever
+        comes first (False): the leases are renewed on time however long ``poll_s`` is."""
+        renew_at = self.heartbeats.next_at if self.state.leases else read_at
+        with suppress(TimeoutError):  # not wait_for: on 3.11 it can swallow a cancel
+            async with asyncio.timeout(max(0.0, min(read_at, renew_at) - time.monotonic())):
+                await self._wake.wait()
+                return True
+        return False
 
     def _next_read_s(self) -> float:
         """How long until the next pass when nothing wakes one: ``busy_poll_s`` while a gang

@@ -27,6 +27,7 @@ from pathlib import Path
 from boltforge.testing.postgres import free_port
 
 LUA = Path(__file__).resolve().parents[2] / "deploy" / "slurm" / "job_submit.lua"
+EPILOG = LUA.with_name("wake.sh")  # EpilogSlurmctld: wakes the bridge when a job ends
 GPUS_PER_NODE = 8
 FAST_SCHEDULER = "sched_interval=2,bf_interval=2"  # Slurm's passes every 2 s, for tests
 
@@ -158,6 +159,7 @@ def _config(
         "TopologyPlugin=topology/tree",
         "JobSubmitPlugins=lua",
         "MpiDefault=none",
+        f"EpilogSlurmctld={root}/wake.sh",
     ]
     if scheduler:
         lines.append(f"SchedulerParameters={scheduler}")
@@ -215,6 +217,9 @@ def slurm_cluster(
     cluster = SlurmCluster(root, names, grouped)
     lua = LUA.read_text().replace('"/run/boltforge/slurm-wake"', f'"{cluster.wake}"')
     (root / "job_submit.lua").write_text(lua)
+    epilog = EPILOG.read_text().replace('"/run/boltforge/slurm-wake"', f'"{cluster.wake}"')
+    (root / "wake.sh").write_text(epilog)
+    (root / "wake.sh").chmod(0o755)
     _munge()
     ctld = _start(cluster, ["slurmctld", "-D", "-i", "-f", str(cluster.conf)])
     slurmds: dict[str, subprocess.Popen[bytes]] = {}

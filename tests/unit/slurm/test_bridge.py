@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from pathlib import Path
@@ -306,3 +307,18 @@ def test_the_bridge_reads_squeue_often_only_while_a_start_or_a_stop_is_under_way
     wants(b, "stop", "1", 1, ["n1"])
     run(b)
     assert b._next_read_s() == 0.1  # signalled, its job not ended yet
+
+
+def test_a_long_poll_never_delays_the_leases_renewal() -> None:
+    slurm, server = FakeSlurm(), FakeServer()
+    b = bridge(slurm, server)
+    b.poll_s = 3600.0
+    run(b)  # registers the nodes
+    assert b.state.leases
+
+    async def wait() -> bool:
+        b.heartbeats.next_at = time.monotonic() + 0.01  # renewal due long before the read
+        async with asyncio.timeout(30):  # a sleep until the read would fail here
+            return await b._sleep_until(time.monotonic() + b.poll_s)
+
+    assert asyncio.run(wait()) is False  # not woken: the heartbeat is due
