@@ -106,6 +106,7 @@ IMAGE_HINT = (  # fits a comment (250 characters) with a team name of up to 20
 MAKE_RETRY_S = 30.0  # how long a failing sbatch of a made job is tried again before it fails
 MAKE_AGAIN_S = 2.0  # and how often
 
+DEFER_S = 5.0  # how long a woken pass may put off the sinfo read and the comments
 BUSY_POLL_S = 0.1  # how often squeue is read while a start or a stop is under way
 DETAIL_EVERY_S = 10.0  # how often a waiting job's detail (why preemption is out) is read again
 ROOM_REASONS = frozenset({"capacity", "topology", "preemption-budget"})  # waits for room
@@ -181,7 +182,7 @@ class SlurmBridge:
                 self._wake.clear()  # a wake during the pass calls the next one at once
                 try:
                     if woken or time.monotonic() >= read_at:
-                        await self.step()
+                        await self.step(woken)
                         read_at = time.monotonic() + self._next_read_s()
                     else:  # only the leases are due: no squeue
                         await self._heartbeats()
@@ -236,12 +237,14 @@ class SlurmBridge:
                 seen = now
                 self._wake.set()
 
-    async def step(self) -> None:
-        """One pass (see the module docstring)."""
+    async def step(self, woken: bool = False) -> None:
+        """One pass (see the module docstring). A ``woken`` pass (a new job, a decision of
+        the server) defers the ``sinfo`` read and the comments, when due, by up to
+        ``DEFER_S``, so what woke it is acted on first; a pass on the poll never does."""
         now = time.monotonic()
         self.jobs = {j.id: j for j in await self.slurm.jobs(self.partitions)}
         self._adopt()
-        if now >= self._next_nodes:
+        if self._due(self._next_nodes, now, woken and bool(self.nodes)):
             self.nodes = {n.name: n for n in await self.slurm.nodes(self.partitions)}
             await self._sync_nodes()
             self._next_nodes = now + self.nodes_every_s
@@ -251,9 +254,15 @@ class SlurmBridge:
         await self._observe()
         await self._heartbeats()
         await self._flush()
-        if now >= self._next_comments:
+        if self._due(self._next_comments, now, woken):
             await self._comments()
             self._next_comments = now + self.comments_every_s
+
+    @staticmethod
+    def _due(at: float, now: float, defer: bool) -> bool:
+        """Whether periodic work due ``at`` runs at ``now``: when due, unless ``defer`` and
+        it is less than ``DEFER_S`` overdue."""
+        return now >= at + (DEFER_S if defer else 0.0)
 
     # nodes
 

@@ -322,3 +322,14 @@ def test_a_long_poll_never_delays_the_leases_renewal() -> None:
             return await b._sleep_until(time.monotonic() + b.poll_s)
 
     assert asyncio.run(wait()) is False  # not woken: the heartbeat is due
+
+
+def test_a_woken_pass_puts_off_sinfo_and_comments_and_a_polled_one_does_both() -> None:
+    b = bridge(FakeSlurm(), FakeServer())
+    run(b)  # registers the nodes
+    overdue = time.monotonic() - 1.0
+    b._next_nodes = b._next_comments = overdue
+    asyncio.run(b.step(woken=True))
+    assert (b._next_nodes, b._next_comments) == (overdue, overdue)  # put off
+    asyncio.run(b.step())
+    assert min(b._next_nodes, b._next_comments) > time.monotonic()  # done, next ones ahead
