@@ -105,7 +105,7 @@ class Story:
 
     def tell(self, told: Told, lookup: Callable[[str], str]) -> None:
         """Print ``told``; a placement that preempted jobs names them (``lookup`` describes
-        a job, e.g. ``1 (research, 32 GPUs)``) and starts following them to their checkpoint."""
+        a job, e.g. ``1 (research, 32 GPU(s))``) and starts following them to their checkpoint."""
         ev = told.event
         if ev is None:
             return
@@ -136,7 +136,7 @@ def _order(told: Told) -> float:
 
 
 def describer(client: Client) -> Callable[[str], str]:
-    """``1 (research, 32 GPUs)`` for a job this caller may see; just the id otherwise."""
+    """``1 (research, 32 GPU(s))`` for a job this caller may see; just the id otherwise."""
 
     def describe(job: str) -> str:
         try:

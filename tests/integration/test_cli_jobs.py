@@ -193,7 +193,7 @@ def test_submit_wait_tells_the_preemption_story(plane: Plane, tmp_path: Path) ->
     for said in (
         "queued:",
         "placed: 8 x H100-80GB on 1 host(s)",
-        f"preempted 1 job(s): {victim} (research, 16 GPUs)",
+        f"preempted 1 job(s): {victim} (research, 16 GPU(s))",
         "scheduled in",
         f"job {victim} checkpointed in",
         "running:",

@@ -18,7 +18,7 @@ def test_the_demo_tells_the_whole_story(tmp_path: Path) -> None:
         "research submits examples/jobs/train-low.yaml: job 1",
         "job 1 placed: 32 x H100-80GB on 4 host(s)",
         "nlp submits examples/jobs/train-high.yaml: job 2",
-        "job 2 preempted 1 job(s): 1 (research, 32 GPUs)",
+        "job 2 preempted 1 job(s): 1 (research, 32 GPU(s))",
         "job 1 checkpointed in",
         "job 2 succeeded",
         "(resumes from its last checkpoint)",
