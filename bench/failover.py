@@ -31,6 +31,7 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, get_args
 
@@ -60,18 +61,34 @@ say("end")
 
 
 class Flow:
-    """Jobs submitted one after another, each retried with its idempotency key until the
-    control plane accepts it."""
+    """Jobs submitted one after another, each sent again with its idempotency key until the
+    control plane accepts it (a new key only once the last was accepted); answers of 500
+    counted. ``gpus(n)``: the n-th job's GPUs; ``seconds``: how long each runs; keys are
+    ``{prefix}-{n}``. ``states``: the jobs' states once drained, by id (the caller's)."""
 
-    def __init__(self, servers: str, workload: Path, record: Path, every_s: float) -> None:
+    def __init__(
+        self,
+        servers: str,
+        workload: Path,
+        record: Path,
+        every_s: float,
+        *,
+        token: str = ADMIN_TOKEN,
+        gpus: Callable[[int], int] = lambda n: 16 if n % 4 == 0 else 8,  # a two-host gang
+        seconds: float = 3,
+        prefix: str = "flow",
+    ) -> None:
         self.servers, self.workload, self.record = servers, workload, record
-        self.every_s = every_s
+        self.every_s, self.token, self.gpus = every_s, token, gpus
+        self.seconds, self.prefix = seconds, prefix
         self.accepted: dict[str, str] = {}  # idempotency key -> job id
+        self.states: dict[str, str] = {}
+        self.http_500 = 0
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        with Client(self.servers, ADMIN_TOKEN, timeout=10.0) as client:
+        with Client(self.servers, self.token, timeout=10.0) as client:
             for n in itertools.count():
                 if self.stopped.is_set():
                     return
@@ -79,18 +96,18 @@ class Flow:
                 time.sleep(self.every_s)
 
     def _submit(self, client: Client, n: int) -> None:
-        gpus = 16 if n % 4 == 0 else 8  # every fourth a two-host gang
         spec = {
             "name": f"flow-{n}",
             "team": "research",
-            "gpus": gpus,
-            "command": [sys.executable, str(self.workload), str(self.record), "3"],
+            "gpus": self.gpus(n),
+            "command": [sys.executable, str(self.workload), str(self.record), f"{self.seconds:g}"],
         }
-        key = f"flow-{n}"
+        key = f"{self.prefix}-{n}"
         while not self.stopped.is_set():
             try:
                 reply = client.submit(SubmitRequest.model_validate({"spec": spec}), key)
-            except ApiFailure:
+            except ApiFailure as e:
+                self.http_500 += e.status == 500
                 time.sleep(0.3)
                 continue
             self.accepted[key] = reply.job.id

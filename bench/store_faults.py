@@ -28,12 +28,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import json
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,55 +39,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from failover import EVERY_STATE, WORKLOAD, overlaps
+from failover import EVERY_STATE, WORKLOAD, Flow, overlaps
 
-from boltforge.client import ApiFailure, Client
+from boltforge.client import Client
 from boltforge.testing.pgcluster import Cluster
 from boltforge.testing.postgres import free_port
 from boltforge.testing.processes import LocalCluster, bolt
-from boltforge.wire.jobs import TERMINAL, SubmitRequest
+from boltforge.wire.jobs import TERMINAL
 
 HOSTS = 2
-
-
-class Flow:
-    """Jobs submitted one after another through ``Client.submit``'s retries (same key), a
-    new key only once the last was accepted; 500s counted."""
-
-    def __init__(self, cluster: LocalCluster, workload: Path, record: Path, every_s: float):
-        self.cluster, self.workload, self.record = cluster, workload, record
-        self.every_s = every_s
-        self.accepted: dict[str, str] = {}  # idempotency key -> job id
-        self.states: dict[str, str] = {}  # job id -> state, after the drain
-        self.http_500 = 0
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        with Client(self.cluster.url, self.cluster.admin_token, timeout=10.0) as client:
-            for n in itertools.count():
-                if self.stopped.is_set():
-                    return
-                self._submit(client, n)
-                time.sleep(self.every_s)
-
-    def _submit(self, client: Client, n: int) -> None:
-        spec = {
-            "name": f"flow-{n}",
-            "team": "research",
-            "gpus": 8,
-            "command": [sys.executable, str(self.workload), str(self.record), "2"],
-        }
-        key = f"{self.cluster.data.name}-{n}"
-        while not self.stopped.is_set():
-            try:
-                reply = client.submit(SubmitRequest.model_validate({"spec": spec}), key)
-            except ApiFailure as e:
-                self.http_500 += e.status == 500
-                time.sleep(0.3)
-                continue
-            self.accepted[key] = reply.job.id
-            return
 
 
 def main() -> None:
@@ -162,7 +120,16 @@ def run_faults(
     workload, record = fleet.data / "work.py", fleet.data / "record.log"
     fleet.start()
     workload.write_text(WORKLOAD)
-    flow = Flow(fleet, workload, record, args.every)
+    flow = Flow(
+        fleet.url,
+        workload,
+        record,
+        args.every,
+        token=fleet.admin_token,
+        gpus=lambda n: 8,
+        seconds=2,
+        prefix=fleet.data.name,
+    )
     flow.thread.start()
     try:
         for name, fault, repair in faults:
