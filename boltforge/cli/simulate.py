@@ -26,6 +26,7 @@ from boltforge.core.policy import POLICIES, named
 from boltforge.sim.costs import COST_COLUMNS, cost_rows
 from boltforge.sim.engine import SimConfig, simulate
 from boltforge.sim.jobs import with_deadlines, with_elastic
+from boltforge.sim.limits import LIMIT_MODELS
 from boltforge.sim.metrics import Metrics, compute, to_json
 from boltforge.sim.records import SimResult, TraceJob
 from boltforge.sim.report import COLUMNS, ELASTIC_KEYS, comparison_rows, write_report
@@ -148,9 +149,17 @@ def simulate_command(
     time_limits: Annotated[
         bool,
         typer.Option(
-            help="Give each job the time limit a user would ask for (off: jobs carry none)."
+            help="Give each job a time limit (off: jobs carry none, whatever --limit-model says)."
         ),
     ] = True,
+    limit_model: Annotated[
+        str,
+        typer.Option(
+            help="How a job without a limit in the trace gets one: derived (the first round "
+            "value covering 1.2 times its runtime) or user (estimates as users give them: "
+            "overestimated, rounded to popular values, some at the maximum; seeded).",
+        ),
+    ] = "derived",
     learned_runtimes: Annotated[
         bool,
         typer.Option(
@@ -183,6 +192,7 @@ def simulate_command(
     or option.
     """
     names = _policies(policy)
+    _check_limit_model(limit_model)
     _check_share("--elastic-share", elastic_share, "of multi-replica jobs made elastic")
     specs = _fleets(fleet)
     jobs = _trace(trace, format, teams, seed, load_scale, limit)
@@ -199,6 +209,7 @@ def simulate_command(
         cost_routing=cost_routing,
         time_limits=time_limits,
         learned_runtimes=learned_runtimes,
+        limit_model=limit_model,
     )
     runs = _runs(fleet, specs, names, jobs, base, elastic_share)
     for spec in specs:
@@ -230,6 +241,18 @@ def simulate_command(
     _print_table(metrics, wall, results)
     if cost:
         _print_costs(metrics)
+
+
+def _check_limit_model(model: str) -> None:
+    """Exit 2 naming ``--limit-model`` and the known models when ``model`` is not one."""
+    if model in LIMIT_MODELS:
+        return
+    errors.print(
+        f"[bold red]error[/] --limit-model: unknown {escape(model)!r}; known: "
+        f"{', '.join(LIMIT_MODELS)} (e.g. --limit-model user)",
+        highlight=False,
+    )
+    raise typer.Exit(EXIT_BAD_INPUT)
 
 
 def _check_share(option: str, value: float, what: str) -> None:

@@ -52,6 +52,7 @@ from boltforge.sim.execution import (
     warmup_gpu_s,
 )
 from boltforge.sim.jobs import to_job
+from boltforge.sim.limits import chosen_limits
 from boltforge.sim.pending import PendingJobs
 from boltforge.sim.records import JobRecord, Sample, SimResult, TraceJob
 from boltforge.sim.spot import Reclaim, ReclaimClock
@@ -78,6 +79,9 @@ class SimConfig:
     off, jobs carry none. ``learned_runtimes``: a job without a time limit expects what its
     team's finished jobs of its size took (``core.queueing.runtimes``, learned as jobs finish,
     as a live server learns); off, the scheduler knows nothing of its runtime.
+    ``limit_model``: how a job without a limit of its own (the trace's ``time_limit_s``) gets
+    one, ``"derived"`` (``sim.jobs.time_limit``) or ``"user"`` (users' estimates, seeded by
+    ``seed``; ``boltforge.sim.limits``); ``time_limits`` off wins over it.
     """
 
     policy: Policy
@@ -94,6 +98,7 @@ class SimConfig:
     cost_routing: bool = False
     time_limits: bool = True
     learned_runtimes: bool = True
+    limit_model: str = "derived"
 
 
 class Kind(IntEnum):
@@ -207,6 +212,9 @@ class Simulation:
         }
         if not cfg.time_limits:
             jobs = {key: replace(job, time_limit=None) for key, job in jobs.items()}
+        else:
+            chosen = chosen_limits(self.trace, cfg.limit_model, cfg.seed)
+            jobs |= {key: replace(jobs[key], time_limit=s) for key, s in chosen.items()}
         self.jobs = jobs
         for t in self.trace:
             self._push(t.submit_s, Kind.ARRIVAL, t.id)

@@ -20,7 +20,9 @@ class TraceJob:
     of replicas the job can run at, in the replicas the simulator splits it into on a fleet
     (``boltforge.sim.jobs.per_replica``); ``duration_s`` is still its runtime at ``gpus``.
     ``priority`` is its class (lower is more important, see ``boltforge.core.model.workload``;
-    trace jobs are batch, 3).
+    trace jobs are batch, 3). ``time_limit_s`` (None: none given) is the limit the user asked
+    for, used as given; without one the replay's limit model gives it one
+    (``boltforge.sim.limits``).
     """
 
     id: str
@@ -31,6 +33,7 @@ class TraceJob:
     deadline_s: float | None = None
     elastic: tuple[int, int] | None = None
     priority: int = 3
+    time_limit_s: float | None = None
 
 
 @dataclass(slots=True)

@@ -204,6 +204,22 @@ class _Cursor:
             )
         return value if value > 0 else MIN_DURATION_S
 
+    def limit(self, column: str) -> float | None:
+        """Seconds > 0, or None when the column is absent or the cell blank."""
+        raw = self.text(column)
+        if not raw:
+            return None
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        fix = "write the limit in seconds, e.g. 86400, or leave the cell empty for none"
+        if not math.isfinite(value):
+            raise self.fail(column, raw, "must be a number of seconds", fix)
+        if value <= 0:
+            raise self.fail(column, raw, "must be more than 0 seconds", fix)
+        return value
+
     def gpus(self, column: str) -> int:
         """A whole number >= 1 (``8.0`` is read as 8)."""
         try:
@@ -307,12 +323,16 @@ def _check_unique(seen: dict[str, int], job_id: str, cursor: _Cursor) -> None:
         )
 
 
-def _finish(path: str, raw: list[_Raw], *, shift: bool) -> list[TraceJob]:
-    """TraceJobs sorted by (submit_s, id); with ``shift`` the first submission is at 0."""
+def _finish(
+    path: str, raw: list[_Raw], *, shift: bool, limits: dict[str, float] | None = None
+) -> list[TraceJob]:
+    """TraceJobs sorted by (submit_s, id); with ``shift`` the first submission is at 0.
+    ``limits`` gives jobs their ``time_limit_s`` by id."""
     if not raw:
         raise TraceError(path, "the file has a header but no jobs", "add at least one job row")
     origin = min(r[1] for r in raw) if shift else 0.0
-    jobs = [TraceJob(i, s - origin, d, g, t) for i, s, d, g, t in raw]
+    given = limits or {}
+    jobs = [TraceJob(i, s - origin, d, g, t, time_limit_s=given.get(i)) for i, s, d, g, t in raw]
     jobs.sort(key=_ORDER)
     return jobs
 
@@ -366,14 +386,16 @@ def read_philly(path: PathLike) -> list[TraceJob]:
 
 
 def read_csv(path: PathLike) -> list[TraceJob]:
-    """Read a Boltforge CSV trace: ``job_id,submit_s,duration_s,gpus[,team]``.
+    """Read a Boltforge CSV trace: ``job_id,submit_s,duration_s,gpus[,team][,time_limit_s]``.
 
     ``submit_s`` is seconds >= 0 from the trace start, kept as written (not shifted);
     ``duration_s`` seconds >= 0 (0 becomes 1 s); ``gpus`` a whole number >= 1; ``team``
-    optional (absent or blank: ``"default"``). Other columns are ignored; ids must be unique.
-    Raises ``TraceError`` on bad input.
+    optional (absent or blank: ``"default"``); ``time_limit_s`` optional, the job's time limit
+    in seconds > 0, used as given (absent or blank: none given, the replay's limit model gives
+    one). Other columns are ignored; ids must be unique. Raises ``TraceError`` on bad input.
     """
     raw: list[_Raw] = []
+    limits: dict[str, float] = {}
     seen: dict[str, int] = {}
     for c in _rows(path, "csv"):
         job_id = c.required("job_id")
@@ -384,8 +406,11 @@ def read_csv(path: PathLike) -> list[TraceJob]:
                 "submit_s", c.text("submit_s"), "must not be negative", "count from the start, 0"
             )
         duration, gpus = c.duration("duration_s"), c.gpus("gpus")
+        limit = c.limit("time_limit_s")
+        if limit is not None:
+            limits[job_id] = limit
         raw.append((job_id, submit, duration, gpus, c.text("team") or DEFAULT_TEAM))
-    return _finish(os.fspath(path), raw, shift=False)
+    return _finish(os.fspath(path), raw, shift=False, limits=limits)
 
 
 def synthetic(
