@@ -120,6 +120,7 @@ class Heartbeats:
         running: Callable[[str], list[ReplicaStatus]],
         changed: Iterable[str],
         now: float,
+        health: Callable[[str], dict[str, str]] | None = None,
     ) -> HeartbeatsReply:
         """Send every node of ``leases`` its heartbeat, listing ``running(node)`` for the
         nodes ``changed`` (every node when a full listing is due), and keep the renewed
@@ -127,14 +128,20 @@ class Heartbeats:
         The caller handles ``lost`` (register those nodes again) and each lease's ``stop``
         (replicas to stop at once). Raises ``AgentClientError`` when the reply did not
         come back: the caller lists its ``changed`` nodes again next time. With no lease
-        (all were let go meanwhile) it sends nothing."""
+        (all were let go meanwhile) it sends nothing. ``health``: each node's health facts,
+        sent on every heartbeat of that node (the server keeps the last ones it got)."""
         if not leases:
             return HeartbeatsReply()
         every = min(lease.heartbeat_s for lease in leases.values())
         self.next_at = now + every
         full, listed = now >= self.full_at, set(changed)
         beats = {
-            node: self._beat(node, lease.session, running if full or node in listed else None)
+            node: self._beat(
+                node,
+                lease.session,
+                running if full or node in listed else None,
+                health(node) if health is not None else {},
+            )
             for node, lease in leases.items()
         }
         reply = await self.server.heartbeats(beats, every * 2 + 5)
@@ -144,15 +151,19 @@ class Heartbeats:
         return reply
 
     def _beat(
-        self, node: str, session: str, running: Callable[[str], list[ReplicaStatus]] | None
+        self,
+        node: str,
+        session: str,
+        running: Callable[[str], list[ReplicaStatus]] | None,
+        health: dict[str, str],
     ) -> Heartbeat:
-        """``node``'s heartbeat: listing what it runs, or nothing (kept from the last time:
-        most of a fleet's heartbeats are these, the same every time)."""
+        """``node``'s heartbeat with its ``health``: listing what it runs, or nothing (kept
+        from the last time: most of a fleet's heartbeats are these, the same every time)."""
         if running is not None:
-            return Heartbeat(session=session, running=running(node))
+            return Heartbeat(session=session, running=running(node), health=health)
         beat = self._silent.get(node)
-        if beat is None or beat.session != session:
-            beat = self._silent[node] = Heartbeat(session=session)
+        if beat is None or beat.session != session or beat.health != health:
+            beat = self._silent[node] = Heartbeat(session=session, health=health)
         return beat
 
 

@@ -9,7 +9,10 @@ yet running or one being stopped, and every ``poll_s`` otherwise) it:
    node's lease in one batched heartbeat (``node.follower.Heartbeats``); a node Slurm says
    is down is let go: the gangs with a replica there are reported ended by their node
    (Slurm ends or requeues its jobs) and, once that report went out, its lease is dropped,
-   so the server marks it dead; a draining node is cordoned;
+   so the server marks it dead; a draining node is cordoned; what jobs Boltforge does not
+   run hold on each node (another partition's, on a node several partitions share: Slurm's
+   allocation there less that of the bridge's own jobs) goes with its heartbeats
+   (``held_by_others``), and the server places nothing on those GPUs, CPUs or memory;
 3. submits each held job it has not seen as a gang (a job it cannot take gets the reason
    in its comment and stays held); the Boltforge job id is kept in the job's admin comment,
    so a restarted bridge finds it again and nothing is submitted twice;
@@ -93,6 +96,7 @@ from boltforge.wire.jobs import TERMINAL, JobSummary, SubmitRequest
 log = logging.getLogger("boltforge.slurm")
 
 RUNNING = frozenset({"RUNNING", "COMPLETING", "CONFIGURING"})
+OTHERS = "held_by_others"  # the health fact the server reads (``control.scheduling.world``)
 SHARED_NODE = (
     "on Slurm each replica of a job needs a node of its own, and two of this job's replicas "
     "were placed on one node; ask for whole nodes (gpus a multiple of the node's GPUs)"
@@ -171,6 +175,10 @@ class SlurmBridge:
         self._next_nodes = 0.0
         self._next_comments = 0.0
         self._letting_go: set[str] = set()  # down nodes whose lease goes after the next flush
+        self._others: dict[str, str] = {}  # node -> what jobs not Boltforge's hold there
+        self._other_jobs: list[SlurmJob] = []  # other partitions' jobs the last squeue listed
+        # node -> GPUs, CPUs, memory Slurm gave jobs not Boltforge's there, at the last sinfo
+        self._allocated_to_others: dict[str, tuple[int, int, float]] = {}
 
     async def run(self) -> None:
         await self._say_if_accounts_unchecked()
@@ -242,10 +250,14 @@ class SlurmBridge:
         the server) defers the ``sinfo`` read and the comments, when due, by up to
         ``DEFER_S``, so what woke it is acted on first; a pass on the poll never does."""
         now = time.monotonic()
-        self.jobs = {j.id: j for j in await self.slurm.jobs(self.partitions)}
+        managed, self._other_jobs = await self.slurm.jobs_and_others(self.partitions)
+        self.jobs = {j.id: j for j in managed}
         self._adopt()
-        if self._due(self._next_nodes, now, woken and bool(self.nodes)):
+        read_nodes = self._due(self._next_nodes, now, woken and bool(self.nodes))
+        if read_nodes:
             self.nodes = {n.name: n for n in await self.slurm.nodes(self.partitions)}
+        self._count_others(read_nodes)
+        if read_nodes:
             await self._sync_nodes()
             self._next_nodes = now + self.nodes_every_s
         await self._intake()
@@ -280,6 +292,51 @@ class SlurmBridge:
                     self.state.made[sid] = (gang.job, gang.epoch)
                 if job.state in RUNNING:
                     self.state.gangs[sid] = gang
+
+    def _count_others(self, read_nodes: bool) -> None:
+        """What jobs Boltforge does not run hold on each node (those of other partitions, on
+        nodes several share; a job of a managed partition its plugin did not hold): the
+        larger of what this pass's ``squeue`` lists of them there and, from the last
+        ``sinfo`` read (``read_nodes``: this pass's), Slurm's allocation there less that
+        of the bridge's own running jobs (which also counts jobs ``squeue`` does not list).
+        A change goes to the server with a heartbeat sent at once."""
+        listed: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+        ours: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+        for job in [*self.jobs.values(), *self._other_jobs]:
+            if job.state not in RUNNING:
+                continue
+            mine = job.id in self.state.bf_of or job.id in self.state.made
+            for where in job.nodes:
+                for i, amount in enumerate(job.per_node()):
+                    (ours if mine else listed)[where][i] += amount
+        if read_nodes:
+            self._allocated_to_others = {
+                name: (
+                    max(node.alloc_gpus - round(ours[name][0]), 0),
+                    max(node.alloc_cpus - round(ours[name][1]), 0),
+                    max(node.alloc_memory_gb - ours[name][2], 0.0),
+                )
+                for name, node in self.nodes.items()
+            }
+        others: dict[str, str] = {}
+        for name in self.nodes:
+            seen = self._allocated_to_others.get(name, (0, 0, 0.0))
+            gpus, cpus, memory = listed[name]
+            held = (max(seen[0], round(gpus)), max(seen[1], round(cpus)), max(seen[2], memory))
+            if any(held):
+                others[name] = f"gpus={held[0]},cpus={held[1]},memory_gb={round(held[2], 3):g}"
+        if others != self._others:
+            for name in sorted(set(others) | set(self._others)):
+                if others.get(name) != self._others.get(name):
+                    said = others.get(name, "nothing")
+                    log.info("jobs not Boltforge's hold %s on node %s", said, name)
+            self._others = others
+            self.heartbeats.next_at = 0.0  # the server learns it now, not at the next beat
+
+    def _health(self, node: str) -> dict[str, str]:
+        """The health facts each heartbeat of ``node`` carries: what others hold there."""
+        held = self._others.get(node)
+        return {OTHERS: held} if held else {}
 
     def _statuses(self, node: str) -> list[ReplicaStatus]:
         return [s for g in self.state.gangs.values() for s in g.statuses(node)]
@@ -340,7 +397,7 @@ class SlurmBridge:
         now = time.monotonic()
         if not self.heartbeats.due(leases, now):
             return
-        reply = await self.heartbeats.renew(leases, self._statuses, (), now)
+        reply = await self.heartbeats.renew(leases, self._statuses, (), now, self._health)
         for node in reply.lost:
             leases.pop(node, None)
             self._next_nodes = 0.0  # register again on the next pass

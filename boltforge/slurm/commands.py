@@ -76,11 +76,21 @@ class Slurm:
         return [n for n in parse_nodes(data) if set(n.partitions) & set(partitions)]
 
     async def jobs(self, partitions: Sequence[str]) -> list[SlurmJob]:
-        """The jobs of ``partitions``, finished ones included: one ``REQUEST_JOB_INFO`` to
-        slurmctld (22.05's ``squeue --json`` lists every job whatever ``-p`` says, so they
-        are kept here)."""
+        """The jobs of ``partitions``, finished ones included (``jobs_and_others``)."""
+        return (await self.jobs_and_others(partitions))[0]
+
+    async def jobs_and_others(
+        self, partitions: Sequence[str]
+    ) -> tuple[list[SlurmJob], list[SlurmJob]]:
+        """The jobs of ``partitions``, finished ones included, and those of other partitions
+        the same read listed: one ``REQUEST_JOB_INFO`` to slurmctld (22.05's ``squeue
+        --json`` lists every job whatever ``-p`` says; later versions list only those of
+        ``partitions``)."""
         data = await self._json("squeue", "--json", "--states=all", "-p", ",".join(partitions))
-        return [j for j in parse_jobs(data) if j.partition in partitions]
+        listed = parse_jobs(data)
+        return [j for j in listed if j.partition in partitions], [
+            j for j in listed if j.partition not in partitions
+        ]
 
     async def all_jobs(self) -> list[SlurmJob]:
         """Every job slurmctld still lists, in any partition and state."""

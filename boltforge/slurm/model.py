@@ -31,7 +31,7 @@ HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
 class SlurmNode:
     """One node: its GPUs (count and type from its GRES), CPUs, memory, the partitions it
     serves, its features (``rack=r1``), and whether Slurm considers it responding and
-    schedulable."""
+    schedulable. ``alloc_*``: what Slurm has given jobs there, of every partition."""
 
     name: str
     gpus: int
@@ -42,6 +42,9 @@ class SlurmNode:
     features: tuple[str, ...]
     state: str
     flags: tuple[str, ...]
+    alloc_gpus: int = 0
+    alloc_cpus: int = 0
+    alloc_memory_gb: float = 0.0
 
     @property
     def responding(self) -> bool:
@@ -86,6 +89,8 @@ class SlurmJob:
     priority: int
     cpus: int = 0
     memory_gb: float = 0.0
+    alloc_cpus: int = 0
+    alloc_memory_gb: float = 0.0
 
     @property
     def held(self) -> bool:
@@ -110,6 +115,13 @@ class SlurmJob:
     @property
     def signal(self) -> int | None:
         return (self.exit_status & 0x7F) or None
+
+    def per_node(self) -> tuple[int, float, float]:
+        """The GPUs, CPUs and memory (GB) Slurm gave the job on each of its nodes (its
+        totals spread evenly)."""
+        nodes = max(self.node_count, 1)
+        gpus = self.gpus_per_node or self.gpus_total // nodes
+        return gpus, self.alloc_cpus / nodes, self.alloc_memory_gb / nodes
 
 
 _GRES = re.compile(r"gpu(?::(?P<type>[A-Za-z0-9_.-]+))?(?::(?P<n>\d+))?")
@@ -166,6 +178,9 @@ def parse_nodes(data: Mapping[str, Any]) -> list[SlurmNode]:
                 features=tuple(f for f in str(n.get("features") or "").split(",") if f),
                 state=state,
                 flags=flags,
+                alloc_gpus=gres_gpus(str(n.get("gres_used") or ""))[0],
+                alloc_cpus=int(n.get("alloc_cpus") or 0),
+                alloc_memory_gb=float(n.get("alloc_memory") or 0) / 1024,
             )
         )
     return nodes
@@ -202,6 +217,7 @@ def _job(j: Mapping[str, Any]) -> SlurmJob:
         submit_time=int(j.get("submit_time") or 0),
         priority=int(j.get("priority") or 0),
         **tres_request(str(j.get("tres_req_str") or "")),
+        **{f"alloc_{k}": v for k, v in tres_request(str(j.get("tres_alloc_str") or "")).items()},
     )
 
 

@@ -54,6 +54,11 @@ class FakeSlurm:
     async def jobs(self, partitions: Sequence[str]) -> list[SlurmJob]:
         return list(self.queue.values())
 
+    async def jobs_and_others(
+        self, partitions: Sequence[str]
+    ) -> tuple[list[SlurmJob], list[SlurmJob]]:
+        return await self.jobs(partitions), []
+
     async def config(self) -> str:
         return "AccountingStorageType = accounting_storage/none\n"
 

@@ -6,7 +6,10 @@ being preempted still holds its GPUs until its replicas exit; the GPUs a newly b
 given out of them count as that job's, and the rest as a short-lived ``draining`` allocation
 that ends when the grace period does. A waiting job that lost a host keeps the GPUs its
 replicas had on the healthy hosts for ``--recovery-hold`` seconds (``held:<job>``, its
-``Job.held``), and hosts that are degraded are flagged for the core (``degraded``).
+``Job.held``), and hosts that are degraded are flagged for the core (``degraded``). What
+work the server does not run holds on a node (another Slurm partition's jobs on a shared
+node), as its backend reports it in the node's health (``OTHERS``), is taken out of what is
+free there (``others:<node>``, which no pass preempts).
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ USABLE_NODES = ("ready", "suspect")  # live: they hold their jobs
 PLACEABLE_NODES = ("ready",)  # suspect nodes keep their jobs but get no new ones
 RECOVERY_HOLD_S = 60.0  # how long a job that lost a host keeps its healthy hosts' GPUs
 ROUTING_REFRESH_S = 60.0  # how often interruption rates are re-read from the store
+# A node's health fact: what work the server does not run holds there, as
+# ``gpus=2,cpus=4,memory_gb=8`` (a backend that shares its nodes with others reports it).
+OTHERS = "held_by_others"
 
 
 @dataclass
@@ -195,6 +201,7 @@ def load_world(
     world.ports = {r.port for reps in by_job.values() for r in reps if r.port is not None}
     recovering = [r for r in rows.values() if r.state in WAITING and r.recovery_hold is not None]
     _hold(world, caches, lambda: _recovery_holds(world, recovering, hold_s))
+    _others(world)
     _add_pending(
         world, sorted(rows) if waiting is None else sorted(set(waiting) & set(rows)), caches
     )
@@ -334,6 +341,37 @@ def _hold(
         ends = [(r.stop_requested_at or world.now) + r.grace_s for r in reps]
         if grants:
             _allocate(world.state, Allocation(f"draining:{job_id}", grants, max(ends), 0))
+
+
+def held_by_others(text: object) -> tuple[int, float, float]:
+    """The GPUs, CPUs and memory (GB) of an ``OTHERS`` fact (``gpus=2,cpus=4,memory_gb=8``);
+    what it does not name, or names badly, is 0."""
+    out = {"gpus": 0.0, "cpus": 0.0, "memory_gb": 0.0}
+    for part in str(text or "").split(","):
+        key, _, value = part.strip().partition("=")
+        if key in out:
+            try:
+                out[key] = max(float(value), 0.0)
+            except ValueError:
+                continue
+    return int(out["gpus"]), out["cpus"], out["memory_gb"]
+
+
+def _others(world: World) -> None:
+    """Take out of each node's free GPUs, CPUs and memory what its backend says work the
+    server does not run holds there (``OTHERS``), up to what is free: an allocation
+    ``others:<node>`` with no end, held by no job, so no pass preempts it."""
+    state, index = world.state, world.fleet.index
+    for name, node in world.nodes.items():
+        gpus, cpus, memory = held_by_others((node.health or {}).get(OTHERS))
+        host = index.get(name)
+        if host is None or not (gpus or cpus or memory):
+            continue
+        free = [int(g) for g in state.free[host].nonzero()[0]][:gpus]
+        cpus = min(cpus, float(state.free_cpus[host]))
+        memory = min(memory, float(state.free_memory[host]))
+        grant = Grant("others", 0, host, tuple(free), cpus, memory)
+        _allocate(state, Allocation(f"others:{name}", (grant,), None, 0))
 
 
 def _without(rep: LiveReplica, claimed: set[tuple[str, int]]) -> LiveReplica:

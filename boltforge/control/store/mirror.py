@@ -348,13 +348,18 @@ def _same_class(a: str, b: str) -> bool:
     return (a in WAITING and b in WAITING) or (a in HOLDING and b in HOLDING) or a == b
 
 
+def _placing(health: dict[str, Any] | None) -> tuple[object, object]:
+    """What of a node's health placement reads (``scheduling.world``)."""
+    return (health or {}).get("degraded"), (health or {}).get("held_by_others")
+
+
 def _differs(old: Live, new: Live, names: tuple[str, ...]) -> bool:
     """Whether ``old`` and ``new`` differ in any of ``names`` (of a node's health, only its
-    ``degraded`` flag counts)."""
+    ``degraded`` flag and what others hold there, ``held_by_others``, count)."""
     for name in names:
         a, b = getattr(old, name), getattr(new, name)
         if name == "health":
-            a, b = (a or {}).get("degraded"), (b or {}).get("degraded")
+            a, b = (_placing(a), _placing(b))
         if a != b:
             return True
     return False

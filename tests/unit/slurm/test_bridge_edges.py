@@ -41,6 +41,7 @@ class Slurm:
         self.queue: dict[str, SlurmJob] = {}
         self.node_list: list[SlurmNode] = parse_nodes({"nodes": list(nodes)})
         self.ran: list[tuple[str, ...]] = []
+        self.others: list[SlurmJob] = []  # other partitions' jobs squeue lists
 
     def submit(self, **fields: Any) -> str:
         (job,) = parse_jobs({"jobs": [squeue_job(**{**HELD, **fields})]})
@@ -57,6 +58,11 @@ class Slurm:
 
     async def jobs(self, partitions: Sequence[str]) -> list[SlurmJob]:
         return list(self.queue.values())
+
+    async def jobs_and_others(
+        self, partitions: Sequence[str]
+    ) -> tuple[list[SlurmJob], list[SlurmJob]]:
+        return await self.jobs(partitions), self.others
 
     async def nodes(self, partitions: Sequence[str]) -> list[SlurmNode]:
         return self.node_list
@@ -106,6 +112,7 @@ class Server:
         self.report_lost = False
         self.stop: list[str] = []
         self.desired_once: dict[str, DesiredState] = {}
+        self.health: dict[str, dict[str, str]] = {}  # each node's, as the last heartbeats said
 
     def lease(self, node: str) -> Lease:
         return Lease(node=node, session=f"s-{node}", lease_s=15, heartbeat_s=self.heartbeat_s,
@@ -116,6 +123,7 @@ class Server:
         return self.lease(body.inventory.name)
 
     async def heartbeats(self, beats: dict[str, Heartbeat], timeout_s: float) -> HeartbeatsReply:
+        self.health = {n: b.health for n, b in beats.items()}
         if self.heartbeat_lost:
             return HeartbeatsReply(lost=list(beats))
         return HeartbeatsReply(leases={n: self.lease(n) for n in beats})
@@ -392,3 +400,33 @@ def test_events_wait_in_the_outbox_until_the_node_has_a_session_again() -> None:
     assert server.kinds("1.1.0") == ["started", "exited"]
     assert [e.exit_code for e in server.events if e.kind == "exited"] == [3]
     assert b.state.outbox["n1"] == []
+
+
+def test_what_jobs_not_boltforges_hold_on_a_node_goes_with_its_heartbeats() -> None:
+    slurm = Slurm(
+        sinfo_node(name="n1", gres_used="gpu:h100:3(IDX:0-2)", alloc_cpus=6),
+        sinfo_node(name="n2"),
+    )
+    server = Server()
+    b = bridge(slurm, server)
+    ours = slurm.submit(job_id=7, job_state="RUNNING", nodes="n1", tres_per_node="gres:gpu:1",
+                        tres_alloc_str="cpu=2,node=1")  # fmt: skip
+    b.state.bf_of[ours] = "1"
+    run(b)
+    # Slurm gave 3 GPUs and 6 CPUs there; the bridge's own job holds 1 and 2 of them
+    assert server.health == {"n1": {"held_by_others": "gpus=2,cpus=4,memory_gb=0"}, "n2": {}}
+
+    # a job of another partition squeue lists counts at once, before sinfo is read again
+    alloc = {"tres_per_node": "gres:gpu:4", "tres_alloc_str": "cpu=8,mem=16G,node=1"}
+    listed = squeue_job(job_id=9, job_state="RUNNING", nodes="n2", partition="cpu", **alloc)
+    (other,) = parse_jobs({"jobs": [listed]})
+    slurm.others = [other]
+    b.nodes_every_s = 3600.0
+    run(b)
+    assert server.health["n2"] == {"held_by_others": "gpus=4,cpus=8,memory_gb=16"}
+
+    # once it ends and sinfo says so, nothing is held there
+    slurm.others = []
+    b._next_nodes = 0.0
+    run(b)
+    assert server.health["n2"] == {}
