@@ -115,6 +115,7 @@ BUSY_POLL_S = 0.1  # how often squeue is read while a start or a stop is under w
 DETAIL_EVERY_S = 10.0  # how often a waiting job's detail (why preemption is out) is read again
 ROOM_REASONS = frozenset({"capacity", "topology", "preemption-budget"})  # waits for room
 WAKE_CHECK_S = 0.005  # how often the wake file is looked at (a stat: next to nothing)
+FRESH_S = 1.0  # how old a squeue read a pass the server's decision woke may act on
 
 
 def _changed_at(path: Path) -> int | None:
@@ -176,6 +177,8 @@ class SlurmBridge:
         self._next_comments = 0.0
         self._letting_go: set[str] = set()  # down nodes whose lease goes after the next flush
         self._others: dict[str, str] = {}  # node -> what jobs not Boltforge's hold there
+        self._read_at = -FRESH_S  # when squeue was last read
+        self._file_woke = False  # the wake file changed since that read
         self._other_jobs: list[SlurmJob] = []  # other partitions' jobs the last squeue listed
         # node -> GPUs, CPUs, memory Slurm gave jobs not Boltforge's there, at the last sinfo
         self._allocated_to_others: dict[str, tuple[int, int, float]] = {}
@@ -243,15 +246,21 @@ class SlurmBridge:
             now = _changed_at(path)
             if now != seen:
                 seen = now
+                self._file_woke = True
                 self._wake.set()
 
     async def step(self, woken: bool = False) -> None:
         """One pass (see the module docstring). A ``woken`` pass (a new job, a decision of
         the server) defers the ``sinfo`` read and the comments, when due, by up to
-        ``DEFER_S``, so what woke it is acted on first; a pass on the poll never does."""
+        ``DEFER_S``, so what woke it is acted on first; a pass on the poll never does. A
+        pass only the server's decision woke acts on the last ``squeue`` read when that is
+        less than ``FRESH_S`` old and the wake file is watched (``_fresh``)."""
         now = time.monotonic()
-        managed, self._other_jobs = await self.slurm.jobs_and_others(self.partitions)
-        self.jobs = {j.id: j for j in managed}
+        if not (woken and self._fresh(now)):
+            managed, self._other_jobs = await self.slurm.jobs_and_others(self.partitions)
+            self.jobs = {j.id: j for j in managed}
+            self._read_at = now
+        self._file_woke = False
         self._adopt()
         read_nodes = self._due(self._next_nodes, now, woken and bool(self.nodes))
         if read_nodes:
@@ -269,6 +278,16 @@ class SlurmBridge:
         if self._due(self._next_comments, now, woken):
             await self._comments()
             self._next_comments = now + self.comments_every_s
+
+    def _fresh(self, now: float) -> bool:
+        """Whether the last ``squeue`` read still says how the bridge's jobs stand: less
+        than ``FRESH_S`` old, and nothing but the server's decision woke this pass since.
+        Between reads, the bridge's jobs change only when a job is held (the submit plugin
+        touches the wake file), ends (``wake.sh`` does), or starts (what the bridge released
+        is read again every ``busy_poll_s``): so a decision, such as a preemption, is acted
+        on at once, without another read."""
+        watched = self.wake_file is not None
+        return watched and not self._file_woke and now - self._read_at < FRESH_S
 
     @staticmethod
     def _due(at: float, now: float, defer: bool) -> bool:

@@ -333,3 +333,35 @@ def test_a_woken_pass_puts_off_sinfo_and_comments_and_a_polled_one_does_both() -
     assert (b._next_nodes, b._next_comments) == (overdue, overdue)  # put off
     asyncio.run(b.step())
     assert min(b._next_nodes, b._next_comments) > time.monotonic()  # done, next ones ahead
+
+
+def test_a_decision_of_the_server_is_acted_on_without_a_read_of_its_own_while_the_last_is_fresh(
+    tmp_path: Path,
+) -> None:
+    """A preemption is signalled in the pass the server's decision wakes, on the ``squeue``
+    read the new job's wake called for a moment before; a wake of the file, a stale read or
+    no wake file at all read it again."""
+    slurm, server = CountingSlurm(), FakeServer()
+    sid = slurm.submit(job_id=7)
+    b = bridge(slurm, server)
+    b.wake_file = tmp_path / "wake"
+    run(b)
+    wants(b, "run", "1", 1, ["n1"])
+    run(b)
+    slurm.set(sid, state="RUNNING")
+    run(b)
+    reads = slurm.reads
+    wants(b, "stop", "1", 1, ["n1"])
+    asyncio.run(b.step(woken=True))  # woken by the decision alone, just after a read
+    assert slurm.reads == reads
+    assert slurm.commands("signal")  # SIGTERM sent on what the last read said
+
+    b._file_woke = True  # a job was held (or ended) since
+    asyncio.run(b.step(woken=True))
+    assert slurm.reads == reads + 1
+    b._read_at -= 10.0  # the last read is old
+    asyncio.run(b.step(woken=True))
+    assert slurm.reads == reads + 2
+    b.wake_file = None  # nothing tells the bridge of jobs held or ended: every pass reads
+    asyncio.run(b.step(woken=True))
+    assert slurm.reads == reads + 3
