@@ -14,9 +14,13 @@ password and a database that does not exist.
   ``bench/failover.py`` counts them.
 - **http_500**: submissions answered 500 (must be 0).
 - **log_lines_per_outage**: lines the server logged from each fault until after recovery.
-- **outage_s**: from the fault until the store took writes again (restart, start, promote,
-  disk freed). **recovery_s**: from then to the first placement (the first job process
-  started after it), p50 and max.
+- **outage_s**: from the fault until its repair was done: PostgreSQL started again (``pg_ctl
+  -w``: it accepts connections) or the standby promoted (it takes writes), or the disk
+  freed. **recovery_s**: from then to the first placement, as the job itself records it (the
+  first job process started after it), p50 and max. It counts everything between: the
+  synchronous standby connecting to the restarted primary again (commits wait for it), the
+  server finding the store back, reading its world afresh and running a full pass, the
+  agent hearing of the placement and starting the process.
 - **bad_input**: for each bad ``--db``, its exit code and whether it said one line naming
   ``--db`` and the fix.
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from boltforge.testing.postgres import _as_user, binaries, free_port
 
+RECONNECT = "200ms"  # a standby's wal_retrieve_retry_interval (see ``Cluster.standby``)
+
 
 @dataclass
 class Server:
@@ -73,7 +75,10 @@ class Cluster:
         )
 
     def standby(self) -> Server:
-        """A streaming standby of the primary (``pg_basebackup -R``), started."""
+        """A streaming standby of the primary (``pg_basebackup -R``), started. It asks the
+        primary for WAL again ``RECONNECT`` after losing it (PostgreSQL's default is 5 s):
+        while a synchronous standby is away, every commit on the primary waits for it, so
+        after a restart of the primary the store takes writes only once it is back."""
         primary = self.servers[0]
         server = Server(f"standby{len(self.servers)}", self.root / f"s{len(self.servers)}", 0)
         server.port = free_port()
@@ -82,6 +87,8 @@ class Cluster:
             *("-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres"),
             *("-D", str(server.data), "-R", "-X", "stream"),
         )
+        with (server.data / "postgresql.auto.conf").open("a") as conf:
+            conf.write(f"wal_retrieve_retry_interval = '{RECONNECT}'\n")
         self.servers.append(server)
         self.start(server)
         return server

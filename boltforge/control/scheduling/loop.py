@@ -28,8 +28,9 @@ never run back to back: after one, the next waits at least as long as it took (a
     #              nodes are woken after it commits
 
 While the store is away (``control/store/outage.py``) the loop runs no pass: it probes the
-store and, once it takes writes again, reads the world afresh, renews every live node's lease
-and resumes with a full pass.
+store twice a second, and is woken as soon as a call's write commits; once the store takes
+writes again, it reads the world afresh, renews every live node's lease and resumes with a
+full pass.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ USAGE_REFRESH_S = 5.0
 VERDICT_S = 1.0
 GATHER_S = 0.02
 MIN_FULL_GAP_S = 0.5
-PROBE_S = 1.0  # how often a paused loop asks whether the store is back
+PROBE_S = 0.5  # how often a paused loop asks whether the store is back
 SLOW_FULL_MS = 1000.0  # a full pass slower than this is logged, with where its time went
 
 
@@ -235,19 +236,34 @@ class Scheduler:
                 await asyncio.sleep(self.tick_s)
 
     async def ride_out(self) -> None:
-        """While the store is away: no passes; it is probed every ``PROBE_S`` (or tick, if
-        sooner), and once it takes writes again the loop ``recover``s and goes on."""
-        told = False
+        """While the store is away: no passes. The store is probed every ``PROBE_S`` (or
+        tick, if sooner), and the loop is woken at once when a call's write commits (the
+        status tells its watchers); once the store takes writes again the loop ``recover``s
+        and goes on. Other wake-ups meanwhile probe no sooner than due, and a recovery that
+        failed is tried again no sooner than a probe would be."""
+        assert self._wakeup is not None
+        status, told = self.db.status, False
+        every = min(self.tick_s, PROBE_S)
+        probe_at = retry_at = 0.0  # monotonic: when the next probe, or recovery, may run
         while not self._stopping:
+            self._wakeup.clear()
             try:
-                if self.db.status.available or await asyncio.to_thread(self.db.probe) is None:
+                if not status.available and time.monotonic() >= probe_at:
+                    probe_at = time.monotonic() + every
+                    await asyncio.to_thread(self.db.probe)
+                if status.available and time.monotonic() >= retry_at:
                     await asyncio.to_thread(self.recover)
                     return
             except Exception as e:
+                retry_at = time.monotonic() + every
                 if fault_of(e) is None and not told:  # unexpected: its traceback, once
                     log.exception("recovering from a store outage failed")
                     told = True
-            await asyncio.sleep(min(self.tick_s, PROBE_S))
+            until = retry_at if status.available else probe_at
+            wait = max(until - time.monotonic(), GATHER_S)
+            with contextlib.suppress(TimeoutError):  # woken early when the store is back
+                async with asyncio.timeout(wait):
+                    await self._wakeup.wait()
 
     def recover(self) -> None:
         """After the store was away: read the world afresh from it (a write whose commit

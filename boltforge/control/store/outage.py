@@ -4,7 +4,8 @@ A fault the server expects from its store (it cannot be reached, it is read-only
 switchover, a lock wait timed out, its disk is full) is recognised by ``fault_of``. The
 ``StoreStatus`` holds whether the store is away, why and since when; the API answers 503
 while a call that needs the store fails with such a fault, ``/healthz`` says ``degraded``
-and the scheduling loop pauses until a probe finds the store writable again.
+and the scheduling loop pauses until a probe finds the store writable again, or a call's
+write commits (whoever ``watch``es the status hears of both changes at once).
 
 Logging contract (``boltforge.store``): one warning when the store goes away, naming the
 cause; one per ``REMIND_S`` while it stays away; one line when it is back, saying how long
@@ -136,7 +137,8 @@ class StoreStatus:
         self._said_at = 0.0  # monotonic: the last line logged about this outage
 
     def watch(self, told: Callable[[], None]) -> None:
-        """Call ``told()`` (from the failing thread) each time the store goes away."""
+        """Call ``told()`` each time the store goes away or comes back (from the thread that
+        found out, after the change: ``available`` says which)."""
         self._watchers.append(told)
 
     @property
@@ -176,7 +178,10 @@ class StoreStatus:
                 return
             away = self.monotonic() - self._away_at
             self.fault, self.since = None, None
+            watchers = list(self._watchers)
         log.warning("store available again after %.1f s away", away)
+        for told in watchers:
+            told()
 
     def unavailable(self) -> StoreUnavailable:
         """The error a call that needs the store raises while it is away."""

@@ -1,7 +1,8 @@
 """While the store is away the server answers clearly and keeps its fleet: calls that need
 the store get 503 with Retry-After and since when, /healthz says degraded, /metrics says so,
 agents' heartbeats are held, the loop pauses, and once the store is back nothing accepted was
-lost, the same idempotency key finishes the submission, and the loop resumes with a full pass.
+lost, the same idempotency key finishes the submission, and the loop resumes with a full pass
+(at once when a call's write commits, without waiting for its own probe).
 Faults are injected at the SQLite layer (``store_outage_kit``)."""
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import httpx
 import pytest
 from control_kit import ADMIN, Fleet, make_spec, wait_for
 from store_outage_kit import away, disk_full
+
+from boltforge.control.scheduling import loop
+from boltforge.control.store.outage import StoreFault
 
 
 @pytest.fixture
@@ -100,6 +104,31 @@ def test_the_loop_pauses_and_resumes_with_a_full_pass(fleet: Fleet) -> None:
     assert fleet.rt.db.status.available
     job = fleet.submit(make_spec("after", 8))
     assert fleet.job(job).state == "scheduled"
+
+
+def test_a_write_that_commits_wakes_the_paused_loop_without_waiting_for_its_probe(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(loop, "PROBE_S", 3600.0)  # the loop's own probe: once, at the start
+    db, probes = fleet.rt.db, list[StoreFault | None]()
+    probe = db.probe
+
+    def counted() -> StoreFault | None:
+        probes.append(probe())
+        return probes[-1]
+
+    monkeypatch.setattr(db, "probe", counted)
+    full = fleet.rt.scheduler.stats.full_cycles
+    with away(db.engine):
+        assert submit(fleet, "train", "k-1").status_code == 503
+        wait_for(lambda: len(probes) == 1)  # the loop paused and found the store away
+    assert not db.status.available
+    assert fleet.rt.scheduler.stats.full_cycles == full
+    first = submit(fleet, "train", "k-1")  # the store takes it: it is back
+    assert first.status_code == 201, first.text
+    wait_for(lambda: fleet.rt.scheduler.stats.full_cycles > full)
+    assert len(probes) == 1  # woken by the commit, not by a probe
+    assert fleet.job(first.json()["job"]["id"]).state == "scheduled"
 
 
 def test_a_full_disk_refuses_writes_and_keeps_serving_reads(fleet: Fleet) -> None:

@@ -118,17 +118,18 @@ def test_an_outage_is_logged_once_then_once_a_minute_then_once_back(
     assert status.outages == 1
 
 
-def test_the_status_says_since_when_and_who_watches_hears_of_each_outage() -> None:
+def test_the_status_says_since_when_and_who_watches_hears_of_each_change() -> None:
     ticks = Ticks()
     status = StoreStatus(clock=lambda: 1_800_000_000.0, monotonic=ticks)
     heard: list[str] = []
-    status.watch(lambda: heard.append("away"))
+    status.watch(lambda: heard.append("back" if status.available else "away"))
     status.failed(StoreFault(READ_ONLY, "standby"))
     status.failed(StoreFault(READ_ONLY, "standby"))
     ticks.now += 12.0
     assert (status.since, status.away_s()) == (1_800_000_000.0, 12.0)
     status.back()
     assert (status.since, status.away_s()) == (None, 0.0)
+    status.back()  # already back: nothing changed, nobody told
     status.failed(StoreFault(LOCKED, "lock timeout"))
-    assert heard == ["away", "away"]
+    assert heard == ["away", "back", "away"]
     assert status.outages == 2
