@@ -177,8 +177,8 @@ class SlurmBridge:
         self._next_comments = 0.0
         self._letting_go: set[str] = set()  # down nodes whose lease goes after the next flush
         self._others: dict[str, str] = {}  # node -> what jobs not Boltforge's hold there
-        self._read_at = -FRESH_S  # when squeue was last read
-        self._file_woke = False  # the wake file changed since that read
+        self._read_at = -FRESH_S  # when squeue was last read (when that read began)
+        self._file_woke = False  # the wake file changed since that read began
         self._other_jobs: list[SlurmJob] = []  # other partitions' jobs the last squeue listed
         # node -> GPUs, CPUs, memory Slurm gave jobs not Boltforge's there, at the last sinfo
         self._allocated_to_others: dict[str, tuple[int, int, float]] = {}
@@ -256,11 +256,11 @@ class SlurmBridge:
         pass only the server's decision woke acts on the last ``squeue`` read when that is
         less than ``FRESH_S`` old and the wake file is watched (``_fresh``)."""
         now = time.monotonic()
-        if not (woken and self._fresh(now)):
+        file_woke, self._file_woke = self._file_woke, False  # a touch during the read counts
+        if not (woken and self._fresh(now, file_woke)):
             managed, self._other_jobs = await self.slurm.jobs_and_others(self.partitions)
             self.jobs = {j.id: j for j in managed}
             self._read_at = now
-        self._file_woke = False
         self._adopt()
         read_nodes = self._due(self._next_nodes, now, woken and bool(self.nodes))
         if read_nodes:
@@ -279,15 +279,16 @@ class SlurmBridge:
             await self._comments()
             self._next_comments = now + self.comments_every_s
 
-    def _fresh(self, now: float) -> bool:
+    def _fresh(self, now: float, file_woke: bool) -> bool:
         """Whether the last ``squeue`` read still says how the bridge's jobs stand: less
-        than ``FRESH_S`` old, and nothing but the server's decision woke this pass since.
+        than ``FRESH_S`` old, and the wake file did not change since it began
+        (``file_woke``): only the server's decision woke this pass.
         Between reads, the bridge's jobs change only when a job is held (the submit plugin
         touches the wake file), ends (``wake.sh`` does), or starts (what the bridge released
         is read again every ``busy_poll_s``): so a decision, such as a preemption, is acted
         on at once, without another read."""
         watched = self.wake_file is not None
-        return watched and not self._file_woke and now - self._read_at < FRESH_S
+        return watched and not file_woke and now - self._read_at < FRESH_S
 
     @staticmethod
     def _due(at: float, now: float, defer: bool) -> bool:

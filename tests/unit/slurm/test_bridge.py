@@ -365,3 +365,24 @@ def test_a_decision_of_the_server_is_acted_on_without_a_read_of_its_own_while_th
     b.wake_file = None  # nothing tells the bridge of jobs held or ended: every pass reads
     asyncio.run(b.step(woken=True))
     assert slurm.reads == reads + 3
+
+
+def test_a_wake_of_the_file_during_a_read_calls_for_another_read(tmp_path: Path) -> None:
+    """The job ``job_submit.lua`` held as the bridge was reading may not be in that read:
+    the next pass reads again, even when the server's decision woke it a moment later."""
+    slurm, server = CountingSlurm(), FakeServer()
+    b = bridge(slurm, server)
+    b.wake_file = tmp_path / "wake"
+    run(b)
+    read = slurm.jobs
+
+    async def touched_meanwhile(partitions: Sequence[str]) -> list[SlurmJob]:
+        b._file_woke = True  # as the watcher does when the file changes
+        return await read(partitions)
+
+    slurm.jobs = touched_meanwhile  # type: ignore[method-assign]
+    asyncio.run(b.step())  # a read on the poll, the file touched meanwhile
+    reads = slurm.reads
+    slurm.jobs = read  # type: ignore[method-assign]
+    asyncio.run(b.step(woken=True))
+    assert slurm.reads == reads + 1
