@@ -59,6 +59,8 @@ from boltforge.core.placement.recovery import recover
 from boltforge.core.placement.routing import Route, RoutingFacts, fences, note_for, route_job
 from boltforge.core.placement.single import plan_on_host
 from boltforge.core.policy import Backfill, Ordering, Policy
+from boltforge.core.preempt.bump import TIERS, tier, worth_bumping
+from boltforge.core.preempt.bump import standing as bump_standing
 from boltforge.core.preempt.choose import (
     NoVictims,
     Screens,
@@ -274,9 +276,8 @@ class _Tail:
 
     def _mark(self, code: int) -> tuple[int, ...]:
         """The standing a ``_standing_code`` stands for."""
-        if self.policy.ordering != Ordering.LAS:
-            return (code,)
-        return divmod(code, len(self.policy.las_thresholds) + 1)
+        finer = _finer(self.policy)
+        return (code,) if finer is None else divmod(code, finer)
 
     def _start(self, i: int) -> int:
         """The position the suffixes start at: ``i`` at the first call."""
@@ -321,8 +322,7 @@ class _Tail:
                 queues = None
             else:
                 klass = columns.priority
-                las = self.policy.ordering == Ordering.LAS
-                queues = las_queues(columns, self.policy, self.now) if las else None
+                queues = _sublevels(columns, self.policy, self.now)
             marks = _standing_codes(jobs, self.policy, self.now, klass, queues)[::-1]
             self._ranks = (
                 np.minimum.accumulate(klass[::-1])[::-1],
@@ -341,18 +341,37 @@ def _own_paths(jobs: list[Job], policy: Policy) -> np.ndarray:
     return np.fromiter((_own_path(policy, j) for j in jobs), np.bool_, n)
 
 
+def _finer(policy: Policy) -> int | None:
+    """How many levels a class splits into when a policy ranks standing finer than class:
+    LAS queues under Tiresias, tiers of time left under bumping; None: class alone."""
+    if policy.ordering == Ordering.LAS:
+        return len(policy.las_thresholds) + 1
+    return TIERS if policy.bump is not None else None
+
+
+def _sublevels(columns: QueueColumns, policy: Policy, now: float) -> IntArray | None:
+    """Each waiting job's level inside its class (``_finer``), read off its ``columns``."""
+    if policy.ordering == Ordering.LAS:
+        return las_queues(columns, policy, now)
+    if policy.bump is None:
+        return None
+    left = columns.work / np.maximum(columns.gpus, 1)
+    return np.fromiter(map(tier, left.tolist()), np.int64, len(columns))
+
+
 def _standing_codes(
-    jobs: list[Job], policy: Policy, now: float, klass: IntArray, queues: IntArray | None
+    jobs: list[Job], policy: Policy, now: float, klass: IntArray, levels: IntArray | None
 ) -> IntArray:
     """Each waiting job's standing (``_standing``) as one integer ordered as the standings
-    are: its class under any order but LAS, else class times the number of LAS queues plus
-    its queue (``_Tail._mark`` turns a code back). ``queues``: the jobs' LAS queues, when
-    the caller has them."""
-    if policy.ordering != Ordering.LAS:
+    are: its class, or under a finer standing (``_finer``) its class times the number of
+    levels plus its level (``_Tail._mark`` turns a code back). ``levels``: the jobs' levels,
+    when the caller has them."""
+    finer = _finer(policy)
+    if finer is None:
         return klass
-    if queues is None:
-        queues = np.fromiter((las_queue(j, policy, now) for j in jobs), np.int64, len(jobs))
-    return klass * (len(policy.las_thresholds) + 1) + queues
+    if levels is None:
+        levels = np.fromiter((_own_standing(policy, j, now)[1] for j in jobs), np.int64, len(jobs))
+    return klass * finer + levels
 
 
 def _bumps_none_of(p: _Pass, priority: int, mark: tuple[int, ...]) -> bool:
@@ -893,8 +912,9 @@ def _preempt(
         return False, found.reasons
     if not found.jobs and not found.shrink:
         return False, ()
-    wait = None if standing is not None else _wait(p, finder)  # Tiresias uses no estimates
-    worth, sentence = preemption_worth_it(found, finder, wait)
+    las = p.policy.ordering == Ordering.LAS
+    wait = None if las else _wait(p, finder)  # Tiresias uses no estimates
+    worth, sentence = _worth(p, found, finder, wait, reclaim)
     if not worth:
         return False, (sentence,)
     placement = found.placement if seeker is None else _shares_after(p, job, found, blocked)
@@ -907,6 +927,27 @@ def _preempt(
     note = "; ".join((sentence, *found.explanation))
     _bind(p, job, placement, position, note=note, borrowed=verdict.borrowed)
     return True, ()
+
+
+def _worth(
+    p: _Pass, found: Victims, job: Job, wait: float | None, reclaim: frozenset[str]
+) -> tuple[bool, str]:
+    """Whether evicting ``found`` for ``job`` pays: across classes, when the work lost is
+    less than the job's time waiting (``preemption_worth_it``); when any victim is of the
+    job's own class and not borrowing from its queue (``reclaim``), under the policy's bump
+    rule (``worth_bumping``) as well."""
+    worth, sentence = preemption_worth_it(found, job, wait)
+    rule = p.policy.bump
+    if rule is None or not worth:
+        return worth, sentence
+    peers = [
+        p.running[v]
+        for v in found.jobs
+        if p.running[v].job.priority == job.priority and v not in reclaim
+    ]
+    if not peers:
+        return worth, sentence
+    return worth_bumping(peers, job, p.now, rule)
 
 
 def _shares_after(p: _Pass, job: Job, found: Victims, blocked: frozenset[int]) -> Placement | None:
@@ -954,7 +995,7 @@ def _bumps_nobody(p: _Pass, priority: int) -> bool:
     sure, known without a scan of the running jobs: ranked by class alone (not LAS), nothing
     borrows, and no running job is of a lower class (``max_class`` is taken when the pass
     begins; evictions only lower it)."""
-    if p.policy.ordering == Ordering.LAS or p.borrowing:
+    if _finer(p.policy) is not None or p.borrowing:
         return False
     return p.max_class is None or priority >= p.max_class
 
@@ -972,24 +1013,35 @@ def _wait(p: _Pass, job: Job) -> float | None:
 
 
 def _standing(p: _Pass, job: Job) -> dict[str, tuple[int, ...]] | None:
-    """Under Tiresias (LAS ordering) a job stands at (class, attained-service queue), so a job
-    in a lower queue may preempt one of its class in a higher queue; otherwise None (class)."""
+    """Under a finer standing than class (``_finer``) a job stands at (class, level), so a job
+    of a lower level may preempt one of its class at a higher level: under Tiresias (LAS
+    ordering) the level is its attained-service queue, under bumping the tier of its time
+    left; otherwise None (class)."""
     standing = _running_standing(p)
     if standing is not None:
-        standing[job.id] = (job.priority, las_queue(job, p.policy, p.now))
+        standing[job.id] = _own_standing(p.policy, job, p.now)
     return standing
 
 
+def _own_standing(
+    policy: Policy, job: Job, now: float, started: float | None = None
+) -> tuple[int, int]:
+    """``job``'s (class, level) under ``policy``'s finer standing (``started``: when its
+    current run began, None while it waits)."""
+    if policy.ordering == Ordering.LAS:
+        return (job.priority, las_queue(job, policy, now, started))
+    return bump_standing(job, now, started)
+
+
 def _running_standing(p: _Pass) -> dict[str, tuple[int, ...]] | None:
-    """Under Tiresias, the pass's standings (``_standing``), made with the running jobs'
-    at its first use; otherwise None."""
-    if p.policy.ordering != Ordering.LAS:
+    """Under a finer standing (``_finer``), the pass's standings (``_standing``), made with
+    the running jobs' at its first use; otherwise None."""
+    if _finer(p.policy) is None:
         return None
     if p.standing is None:  # the running jobs' standings, once per pass
         policy, now = p.policy, p.now
         p.standing = {
-            r.job.id: (r.job.priority, las_queue(r.job, policy, now, r.start_time))
-            for r in p.running.values()
+            r.job.id: _own_standing(policy, r.job, now, r.start_time) for r in p.running.values()
         }
     return p.standing
 

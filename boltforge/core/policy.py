@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from boltforge.core.preempt.bump import BumpRule
 from boltforge.core.preempt.victims import PreemptRules
 from boltforge.core.queueing.shortest import SizeRule
 
@@ -12,6 +13,11 @@ from boltforge.core.queueing.shortest import SizeRule
 # every 32 hours, its team's fair share weighing in with half the exponent
 # (``core/queueing/shortest.py``).
 SHORTEST_AGED = SizeRule(aging_s=32 * 3600.0, fair_weight=0.5)
+# The default bumps a running job of its class that has at least 8 times its need (plus what
+# the bumped job loses) left, and only within 5 minutes of that job's last checkpoint
+# (``core/preempt/bump.py``). Both chosen on ITP clusters 01-03 (``docs/evaluation.md``).
+BUMP_PEERS = BumpRule(gain=8.0)
+PEER_RULES = PreemptRules(peer_window_s=300.0)
 
 
 class Ordering(StrEnum):
@@ -45,6 +51,8 @@ class Policy:
     folded in (``core/queueing/shortest.py``) instead of by fair share, then arrival.
     ``patience``: a gang whose best placement now is wider than the empty fleet's waits for a
     tight one when that finishes sooner (``core/placement/patience.py``).
+    ``bump``: a waiting job may bump a running job of its own class that has far more time
+    left than it needs (``core/preempt/bump.py``); None: preemption only across classes.
     """
 
     name: str
@@ -66,6 +74,7 @@ class Policy:
     preempt_attempts: int = 8
     size: SizeRule | None = None
     patience: bool = False
+    bump: BumpRule | None = None
 
     def with_(self, **changes: object) -> Policy:
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -84,7 +93,9 @@ _ARRIVAL = Policy(
 )
 
 POLICIES: dict[str, Policy] = {
-    "default": Policy("default", size=SHORTEST_AGED, patience=True),
+    "default": Policy(
+        "default", size=SHORTEST_AGED, patience=True, bump=BUMP_PEERS, preempt_rules=PEER_RULES
+    ),
     "fifo": _ARRIVAL.with_(name="fifo", strict_order=True),  # head-of-line blocking
     "slurm-like": _ARRIVAL.with_(
         name="slurm-like", ordering=Ordering.PRIORITY, backfill=Backfill.EASY, reservations=1

@@ -184,7 +184,12 @@ class Simulation:
         self.held: dict[str, dict[str, int]] = {}  # the running jobs' ``holdings_of`` (``_hold``)
         self.held_runs: dict[str, int] = {}  # running jobs per queue in ``held``
         self.runtimes = RuntimeHistory()  # what finished jobs took, for jobs with no limit
-        self.learning = not config.time_limits and config.learned_runtimes
+        # learn from finished jobs: estimates for jobs with no limit, and, where the policy
+        # ranks by size, what jobs like each one typically took
+        self.estimating = not config.time_limits and config.learned_runtimes
+        self.learning = self.estimating or (
+            config.learned_runtimes and config.policy.size is not None
+        )
         self.ideal: dict[object, Placement | None] = {}
         self.events: list[tuple[float, int, int, str]] = []
         self.seq = 0
@@ -368,11 +373,18 @@ class Simulation:
 
     def _expecting(self, job: Job) -> Job:
         """``job`` expecting what its team's finished jobs of its size took, when it has no
-        time limit and the replay learns runtimes (``learning``)."""
-        if not self.learning or job.time_limit is not None:
+        time limit and the replay learns estimates (``estimating``), and ranked by what jobs
+        like it typically took (``RuntimeHistory.typical``) when the replay learns at all."""
+        if not self.learning:
             return job
-        learned = self.runtimes.estimate(self.records[job.id].team, "", job.gpus)
-        return job if learned == job.estimate else replace(job, estimate=learned)
+        team = self.records[job.id].team
+        typical = self.runtimes.typical(team, "", job.gpus, job.time_limit)
+        learned = job.estimate
+        if self.estimating and job.time_limit is None:
+            learned = self.runtimes.estimate(team, "", job.gpus)
+        if learned == job.estimate and typical == job.typical:
+            return job
+        return replace(job, estimate=learned, typical=typical)
 
     def _snapshot(
         self,
@@ -502,7 +514,8 @@ class Simulation:
         record.finish_s = self.now
         if self.learning and record.gpus:
             held = record.allocated_gpu_s / record.gpus  # GPU-seconds per GPU, as a server learns
-            self.runtimes.learn(Finished(record.team, "", record.gpus, held))
+            limit = self.jobs[key].time_limit
+            self.runtimes.learn(Finished(record.team, "", record.gpus, held, limit))
         self.done += 1
         self._report()
         return True

@@ -84,6 +84,7 @@ class World:
     ports: set[int] = field(default_factory=set)
     changes: int = 0  # binds counted in since it was read (incremental passes)
     estimate: Callable[[str, str, int], float | None] | None = None  # Mirror.estimate
+    typical: Callable[[str, str, int, float | None], float | None] | None = None  # Mirror.typical
     held: dict[str, dict[str, int]] | None = field(default=None, repr=False)
 
     def holdings(self) -> dict[str, dict[str, int]]:
@@ -197,7 +198,7 @@ def load_world(
         caches.jobs = {k: v for k, v in caches.jobs.items() if k in kept}
     routing = _routing(fleet, caches)
     world = World(fleet, state, nodes, rows, [], [], by_job, {}, now, routing)
-    world.estimate = mirror.estimate
+    world.estimate, world.typical = mirror.estimate, mirror.typical
     world.ports = {r.port for reps in by_job.values() for r in reps if r.port is not None}
     recovering = [r for r in rows.values() if r.state in WAITING and r.recovery_hold is not None]
     _hold(world, caches, lambda: _recovery_holds(world, recovering, hold_s))
@@ -415,19 +416,25 @@ def _allocate(state: FleetState, allocation: Allocation) -> bool:
 
 def _job(world: World, row: LiveJob, caches: Caches) -> Job | None:
     """The core's view of ``row`` (built from its spec once per fleet), with the runtime
-    learned from jobs like it when it has no time limit (``world.estimate``). None for a job
-    the core cannot take: it is set aside in ``world.unresolved`` with the reason, which the
-    pass records as the job's waiting reason, and the pass goes on for every other job."""
+    learned from jobs like it when it has no time limit (``world.estimate``) and what jobs
+    like it typically took (``world.typical``). None for a job the core cannot take: it is
+    set aside in ``world.unresolved`` with the reason, which the pass records as the job's
+    waiting reason, and the pass goes on for every other job."""
     if row.id not in caches.jobs:
         caches.jobs[row.id] = resolve(row, world.fleet)
     job = caches.jobs[row.id]
     if isinstance(job, str):
         world.unresolved[row.id] = job
         return None
+    name = str(row.spec.get("name", ""))
     if job.time_limit is None and world.estimate is not None:
-        learned = world.estimate(row.team, str(row.spec.get("name", "")), row.gpus)
+        learned = world.estimate(row.team, name, row.gpus)
         if learned != job.estimate:
             job = caches.jobs[row.id] = replace(job, estimate=learned)
+    if world.typical is not None:
+        typical = world.typical(row.team, name, row.gpus, job.time_limit)
+        if typical != job.typical:
+            job = caches.jobs[row.id] = replace(job, typical=typical)
     if job.attained_gpu_seconds != row.attained_gpu_s:
         job = replace(job, attained_gpu_seconds=row.attained_gpu_s)
     return job

@@ -166,6 +166,12 @@ class Mirror:
             reps.sort(key=lambda r: (r.epoch, r.rank))
         return out
 
+    def typical(self, team: str, name: str, gpus: int, limit_s: float | None) -> float | None:
+        """What jobs like this one typically took (``RuntimeHistory.typical``; None: too few
+        such jobs have succeeded yet)."""
+        with self._lock:
+            return self.runtimes.typical(team, name, gpus, limit_s)
+
     def estimate(self, team: str, name: str, gpus: int) -> float | None:
         """The runtime learned for a job of ``team`` named ``name`` on ``gpus`` GPUs (None:
         too few such jobs have succeeded yet)."""
@@ -244,7 +250,9 @@ class Mirror:
         state = new.state
         if state == "succeeded" and old is not None and old.state != state and new.gpus > 0:
             name = str(new.spec.get("name", ""))
-            self.runtimes.learn(Finished(new.team, name, new.gpus, new.attained_gpu_s / new.gpus))
+            runtime = new.attained_gpu_s / new.gpus
+            limit = _limit_of(new.spec)
+            self.runtimes.learn(Finished(new.team, name, new.gpus, runtime, limit))
         if deleted or state not in LIVE:
             if self.jobs.pop(key, None) is not None and old is not None:
                 self.version += int(old.state not in WAITING)
@@ -275,14 +283,21 @@ class Mirror:
 def _recent_successes(s: Session) -> list[Finished]:
     """The ``HISTORY`` most recent successful GPU jobs, oldest first."""
     rows = s.execute(
-        select(JobRow.team, JobRow.name, JobRow.gpus, JobRow.attained_gpu_s)
+        select(JobRow.team, JobRow.name, JobRow.gpus, JobRow.attained_gpu_s, JobRow.spec)
         .where(JobRow.state == "succeeded", JobRow.gpus > 0)
         .order_by(JobRow.finished_at.desc())
         .limit(HISTORY)
     ).all()
     return [
-        Finished(team, name, gpus, attained / gpus) for team, name, gpus, attained in reversed(rows)
+        Finished(team, name, gpus, attained / gpus, _limit_of(spec))
+        for team, name, gpus, attained, spec in reversed(rows)
     ]
+
+
+def _limit_of(spec: dict[str, Any] | None) -> float | None:
+    """The time limit a job's ``spec`` asked for, in seconds (None: none)."""
+    limit = (spec or {}).get("time_limit")
+    return float(limit) if isinstance(limit, int | float) and limit > 0 else None
 
 
 def stage(s: Session, table: type, key: Any, values: dict[str, Any]) -> None:

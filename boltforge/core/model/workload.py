@@ -31,14 +31,16 @@ class Job:
 
     ``queue`` is the leaf of the quota tree the job is charged to (``org/team/project``; the
     team's name when the spec names no project). Times are seconds on the caller's clock.
-    ``time_limit`` bounds the run; ``estimate`` is a learned runtime estimate, used for
-    backfill when present. ``elastic`` is the replica range of the gang's first role (None when
-    the job is rigid). ``checkpoint_interval`` and ``restart_overhead`` price lost work when
-    the job is preempted. ``held``: GPUs kept for its restart after a host failure (the cycle
-    places it on them first, replacing only the lost hosts; see ``core/placement/recovery.py``).
-    ``spread``: no host holds more than half of the jobs of one non-empty group (rounded up:
-    two go to two hosts) when other hosts have room, so one host failure takes at most half
-    of an inference service's replicas while the rest still pack (``cycle._apart``).
+    ``time_limit`` bounds the run; ``estimate`` is a learned runtime estimate, used for backfill
+    when present; ``typical`` what jobs like it typically took (a median, at most its time
+    limit), used to rank it (``core/queueing/shortest.py``), never for backfill. ``elastic`` is
+    the replica range of the gang's first role (None when the job is rigid).
+    ``checkpoint_interval`` and ``restart_overhead`` price lost work when the job is preempted.
+    ``held``: GPUs kept for its restart after a host failure (the cycle places it on them first,
+    replacing only the lost hosts; see ``core/placement/recovery.py``). ``spread``: no host
+    holds more than half of the jobs of one non-empty group (rounded up: two go to two hosts)
+    when other hosts have room, so one host failure takes at most half of an inference service's
+    replicas while the rest still pack (``cycle._apart``).
     """
 
     id: str
@@ -55,6 +57,7 @@ class Job:
     attained_gpu_seconds: float = 0.0
     held: Hold | None = None
     spread: str = ""
+    typical: float | None = None
 
     @property
     def priority(self) -> int:

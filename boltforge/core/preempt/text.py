@@ -206,6 +206,11 @@ def _refusal_line(why: Refusal, n: int, job: Job, rules: PreemptRules) -> str:
         return _plural(n, "candidate victim was", "candidate victims were") + (
             f" preempted in the last {span(rules.cooldown_s)}"
         )
+    if why == Refusal.UNSAVED:
+        window = span(rules.peer_window_s or 0.0)
+        return _plural(n, f"job of class {p} has", f"jobs of class {p} have") + (
+            f" not checkpointed in the last {window}, so bumping would lose work"
+        )
     return _plural(n, "job has", "jobs have") + " no running record, so they are left alone"
 
 

@@ -55,7 +55,10 @@ class PreemptRules:
     preempted (or, for shrinking, resized) within this window is not touched again. At most
     ``churn_fraction`` of the fleet's GPUs may be preempted per ``churn_window_s``, counting
     the recent preemptions the caller passes in. ``shrink``: elastic jobs may be shrunk
-    instead of evicted (off under a policy with elasticity off).
+    instead of evicted (off under a policy with elasticity off). ``peer_window_s``: a job of
+    the preemptor's own class (reclaims aside) is displaced only within this long of its last
+    checkpoint, so bumping a peer (``core/preempt/bump.py``) loses little work; a peer that
+    never checkpointed is never displaced (None: no such rule).
     """
 
     min_runtime_s: float = 600.0
@@ -63,6 +66,7 @@ class PreemptRules:
     churn_fraction: float = 0.05
     churn_window_s: float = 600.0
     shrink: bool = True
+    peer_window_s: float | None = None
 
 
 class Refusal(StrEnum):
@@ -74,6 +78,7 @@ class Refusal(StrEnum):
     PINNED = "pinned"
     YOUNG = "young"
     COOLDOWN = "cooldown"
+    UNSAVED = "unsaved"
     UNKNOWN = "unknown"
 
 
@@ -197,6 +202,11 @@ def refusal(
         return Refusal.YOUNG
     if run.last_preempted is not None and now - run.last_preempted < rules.cooldown_s:
         return Refusal.COOLDOWN
+    peer = victim.priority == job.priority and victim.id not in reclaim_from
+    if rules.peer_window_s is not None and peer:
+        saved = run.checkpoint_before(now)
+        if saved is None or now - saved > rules.peer_window_s:
+            return Refusal.UNSAVED
     return None
 
 

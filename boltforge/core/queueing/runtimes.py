@@ -19,6 +19,15 @@ relies on time limits: backfill lets a job into a gap when it ends before the re
 an estimate that comes up short delays the job at the head of the line. Most runs then end
 before their estimate, as most end before their time limit.
 
+It also keeps what jobs *typically* took, for ranking rather than for backfill
+(``RuntimeHistory.typical``): the median of the recent runtimes of jobs that made the same
+claim. A job that states a time limit is judged by what jobs of its team (and name) that asked
+for that same limit took, then by what any job asking for it took: users round their limits to
+a few popular values and many ask for the maximum, so the limit names a class of jobs whose
+real runtimes the history measures (how right such limits were). A job with no limit is
+judged by jobs of its size. The median needs no agreement: it orders jobs, it promises
+nothing, and the time limit still bounds what the cycle relies on.
+
 The history learns only from what already happened (successful runs, in the order they
 ended), so a simulator replaying a trace learns exactly as a live server would. Pure and
 deterministic: the caller feeds it what finished and asks it for estimates.
@@ -46,11 +55,20 @@ class Finished:
     name: str
     gpus: int
     runtime_s: float
+    limit_s: float | None = None  # the time limit it asked for, if any
 
 
 def keys(team: str, name: str, gpus: int) -> tuple[Hashable, ...]:
     """The history's keys for a job, most specific first."""
     return ((team, name, gpus), (team, gpus), team)
+
+
+def claim_keys(team: str, name: str, gpus: int, limit_s: float | None) -> tuple[Hashable, ...]:
+    """The keys of what jobs like this one typically took, most specific first: by the time
+    limit it asked for when it has one, else by its size."""
+    if limit_s is None:
+        return (("size", team, name, gpus), ("size", team, gpus), ("size", gpus))
+    return (("limit", team, name, limit_s), ("limit", team, limit_s), ("limit", limit_s))
 
 
 @dataclass
@@ -59,6 +77,8 @@ class RuntimeHistory:
 
     runs: dict[Hashable, deque[float]] = field(default_factory=dict)
     _estimates: dict[Hashable, float | None] = field(default_factory=dict)
+    claims: dict[Hashable, deque[float]] = field(default_factory=dict)
+    _typical: dict[Hashable, float | None] = field(default_factory=dict)
 
     def learn(self, done: Finished) -> None:
         """Add one successful job's runtime under each of its keys (runtimes of zero or less,
@@ -68,6 +88,9 @@ class RuntimeHistory:
         for key in keys(done.team, done.name, done.gpus):
             self.runs.setdefault(key, deque(maxlen=KEEP)).append(done.runtime_s)
             self._estimates.pop(key, None)
+        for key in claim_keys(done.team, done.name, done.gpus, done.limit_s):
+            self.claims.setdefault(key, deque(maxlen=KEEP)).append(done.runtime_s)
+            self._typical.pop(key, None)
 
     def learn_all(self, done: Iterable[Finished]) -> None:
         """``learn`` each, in the order they finished (oldest first)."""
@@ -84,6 +107,25 @@ class RuntimeHistory:
             if found is not None:
                 return found
         return None
+
+    def typical(self, team: str, name: str, gpus: int, limit_s: float | None) -> float | None:
+        """What a job of ``team`` named ``name`` on ``gpus`` GPUs asking for ``limit_s`` (None:
+        no limit) typically takes: the median of the most specific claim key with at least
+        ``MIN_RUNS`` runs, never above the limit (None: no key has enough runs)."""
+        for key in claim_keys(team, name, gpus, limit_s):
+            if key not in self._typical:
+                self._typical[key] = _median(self.claims.get(key))
+            found = self._typical[key]
+            if found is not None:
+                return found if limit_s is None else min(found, limit_s)
+        return None
+
+
+def _median(runs: deque[float] | None) -> float | None:
+    """The lower median of ``runs``, or None for fewer than ``MIN_RUNS``."""
+    if runs is None or len(runs) < MIN_RUNS:
+        return None
+    return sorted(runs)[(len(runs) - 1) // 2]
 
 
 def _quantile(runs: deque[float] | None) -> float | None:

@@ -1,15 +1,18 @@
 """Shortest work first inside a class, aged so that nothing waits for ever.
 
-A waiting job's *work* is its GPUs times its expected runtime (the learned estimate, else its
-time limit), less the GPU-seconds it already attained before a preemption or failure: what it
-still needs from the fleet. Serving the least work first minimizes the average completion
-time (SRPT); aging bounds how long a big job can be passed over: its work counts half for
-every ``aging_s`` it has waited, so a job a thousand times bigger than the newest arrival
-overtakes it after about ten half-lives (2 ** 10 = 1,024). ``fair_weight`` folds in the
-queue's fair share: the work is multiplied by ``(0.5 / F) ** fair_weight``, F the queue's
-fair-share factor, so a queue at its share (F = 0.5) is neither helped nor held back, one that
-used twice its share (F = 0.25) has its work count ``2 ** fair_weight`` times more, and an
-idle one (F = 1) ``2 ** fair_weight`` times less.
+A waiting job's *work* is its GPUs times its runtime left (``runtime_left``): its expected
+runtime (the learned estimate, else its time limit) less what it already ran before a
+preemption or failure. A job that ran past its estimate, or has none, is expected to run about
+as long again as it already has, and at least ``UNKNOWN_RUNTIME_S``: runtimes are heavy
+tailed, so the longer a job has run the longer it is likely to go on.
+
+Serving the least work first minimizes the average completion time (SRPT); aging bounds how long
+a big job can be passed over: its work counts half for every ``aging_s`` it has waited, so a job
+a thousand times bigger than the newest arrival overtakes it after about ten half-lives (2 ** 10
+= 1,024). ``fair_weight`` folds in the queue's fair share: the work is multiplied by ``(0.5 / F)
+** fair_weight``, F the queue's fair-share factor, so a queue at its share (F = 0.5) is neither
+helped nor held back, one that used twice its share (F = 0.25) has its work count ``2 **
+fair_weight`` times more, and an idle one (F = 1) ``2 ** fair_weight`` times less.
 """
 
 from __future__ import annotations
@@ -39,13 +42,29 @@ class SizeRule:
             raise ValueError(f"fair_weight must not be negative (got {self.fair_weight})")
 
 
+def runtime_left(job: Job, ran_s: float) -> float:
+    """Seconds ``job`` still needs at its full size after running ``ran_s``.
+
+    What it is expected to run is what jobs like it typically took (``Job.typical``), else
+    its estimate or time limit; less ``ran_s`` while that is positive. Past it, or with no
+    expectation at all, as long again as it ran (at least ``UNKNOWN_RUNTIME_S`` with none).
+    Never more than its estimate or limit leaves, never under one second."""
+    bound = job.expected_runtime()
+    expect = job.typical if job.typical is not None else bound
+    if expect is None:
+        left = max(UNKNOWN_RUNTIME_S, ran_s)
+    else:
+        left = expect - ran_s if ran_s < expect else ran_s
+    if bound is not None and ran_s < bound:
+        left = min(left, bound - ran_s)
+    return max(left, 1.0)
+
+
 def work_left(job: Job) -> float:
-    """GPU-seconds ``job`` still needs: GPUs x expected runtime less attained service, at
-    least one second per GPU (so a job that overran its estimate still ranks by its size)."""
-    runtime = job.expected_runtime()
-    runtime = UNKNOWN_RUNTIME_S if runtime is None else runtime
+    """GPU-seconds ``job`` still needs: its GPUs times its ``runtime_left`` after the service
+    it attained before."""
     gpus = job.gpus
-    return max(gpus * runtime - job.attained_gpu_seconds, float(gpus))
+    return gpus * runtime_left(job, job.attained_gpu_seconds / max(gpus, 1))
 
 
 def rank(job: Job, factor: float, now: float, rule: SizeRule) -> float:

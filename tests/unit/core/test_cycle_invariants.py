@@ -17,6 +17,7 @@ from boltforge.core.model.gang import Gang
 from boltforge.core.model.state import Allocation, FleetState, Grant
 from boltforge.core.model.workload import Job, Running
 from boltforge.core.policy import POLICIES, Ordering, Policy
+from boltforge.core.preempt.bump import worth_bumping
 from boltforge.core.preempt.victims import PreemptRules
 from boltforge.core.queueing.quota import QueueSpec, QuotaTree, held_by
 from boltforge.testing.builders import make_fleet, make_gang
@@ -257,8 +258,20 @@ def test_preemption_only_bumps_what_the_class_rules_allow(world: World) -> None:
             assert preemptor.priority == 0
         if world.policy.ordering == Ordering.LAS:
             assert reclaimed or victim.priority >= preemptor.priority
+        elif world.policy.bump is not None and victim.priority == preemptor.priority:
+            # a peer is bumped just after its checkpoint, and only when it has far more left
+            assert reclaimed or _bump_allowed(world, run, preemptor)
         else:
             assert reclaimed or victim.priority > preemptor.priority, (ev, preemptor.priority)
+
+
+def _bump_allowed(world: World, run: Running, preemptor: Job) -> bool:
+    """Whether the policy's bump rule lets ``preemptor`` bump ``run``, a job of its class."""
+    rule, window = world.policy.bump, world.policy.preempt_rules.peer_window_s
+    assert rule is not None
+    saved = run.checkpoint_before(NOW)
+    fresh = window is None or (saved is not None and NOW - saved <= window)
+    return fresh and worth_bumping([run], preemptor, NOW, rule)[0]
 
 
 @PROPERTIES

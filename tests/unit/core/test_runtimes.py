@@ -82,3 +82,34 @@ def test_an_estimate_is_a_recent_runtime_that_covers_most_of_them_and_they_agree
         assert found in recent
         assert found <= SPREAD * middle
         assert sum(r <= found for r in recent) >= 0.9 * len(recent)
+
+
+# --- what jobs making the same claim typically took --------------------------------------------
+
+DAY = 86400.0
+
+
+def test_jobs_asking_for_the_same_limit_are_judged_by_what_such_jobs_took() -> None:
+    """Users who ask for a day and run an hour teach the history that a day means an hour."""
+    h = RuntimeHistory()
+    for runtime in (3000.0, 3600.0, 4000.0):
+        h.learn(Finished("nlp", "", 8, runtime, limit_s=DAY))
+    assert h.typical("nlp", "", 8, DAY) == 3600.0
+    assert h.typical("vision", "", 1, DAY) == 3600.0  # any team's jobs asking for a day
+    assert h.typical("nlp", "", 8, 2 * DAY) is None  # nobody asked for two days yet
+
+
+def test_a_typical_runtime_is_never_above_the_limit_asked_for() -> None:
+    h = RuntimeHistory()
+    for runtime in (5000.0, 6000.0, 7000.0):
+        h.learn(Finished("nlp", "x", 8, runtime, limit_s=DAY))
+    h.learn_all(Finished("nlp", "x", 8, r, limit_s=3600.0) for r in (5000.0, 6000.0, 7000.0))
+    assert h.typical("nlp", "x", 8, 3600.0) == 3600.0
+
+
+def test_jobs_with_no_limit_are_judged_by_jobs_of_their_size_whether_or_not_they_agree() -> None:
+    h = history(*[("nlp", "sweep", 8, s) for s in (60.0, 600.0, 6_000.0, 60_000.0)])
+    assert h.estimate("nlp", "sweep", 8) is None  # nothing backfill could rely on
+    assert h.typical("nlp", "sweep", 8, None) == 600.0  # the lower median, to rank by
+    assert h.typical("other", "job", 8, None) == 600.0  # any team's jobs of 8 GPUs
+    assert h.typical("other", "job", 1, None) is None

@@ -20,6 +20,7 @@ from boltforge.core.queueing.shortest import (
     aged_work,
     aged_works,
     rank,
+    runtime_left,
     work_left,
 )
 from boltforge.testing.builders import make_fleet, make_gang
@@ -58,7 +59,17 @@ def test_work_left_is_gpus_times_runtime_less_what_was_attained() -> None:
     assert work_left(job("a", 8, hours=2)) == 8 * 2 * HOUR
     assert work_left(job("b", 8, hours=2, attained=4 * 2 * HOUR)) == 4 * 2 * HOUR
     assert work_left(job("c", 2, hours=None)) == 2 * UNKNOWN_RUNTIME_S
-    assert work_left(job("overran", 4, hours=1, attained=10 * HOUR)) == 4.0  # one s per GPU
+    # past its limit a job is expected to run as long again as it ran (2.5 h on 4 GPUs)
+    assert work_left(job("overran", 4, hours=1, attained=10 * HOUR)) == 4 * 2.5 * HOUR
+    # with no estimate at all: at least the unknown runtime, then as long again as it ran
+    assert work_left(job("d", 2, hours=None, attained=2 * 10 * HOUR)) == 2 * UNKNOWN_RUNTIME_S
+    assert work_left(job("e", 2, hours=None, attained=2 * 30 * HOUR)) == 2 * 30 * HOUR
+
+
+def test_the_longer_a_job_ran_past_its_estimate_the_more_it_is_expected_to_need() -> None:
+    ran = [runtime_left(job("a", 1, hours=2), h * HOUR) for h in (2, 3, 10, 40)]
+    assert ran == [2 * HOUR, 3 * HOUR, 10 * HOUR, 40 * HOUR]
+    assert runtime_left(job("a", 1, hours=2), 1.5 * HOUR) == 0.5 * HOUR
 
 
 def test_a_waiting_job_counts_half_per_aging_period() -> None:
