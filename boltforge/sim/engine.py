@@ -78,7 +78,9 @@ class SimConfig:
     ``time_limits``: give each job the time limit a user would ask for (``sim.jobs.time_limit``);
     off, jobs carry none. ``learned_runtimes``: a job without a time limit expects what its
     team's finished jobs of its size took (``core.queueing.runtimes``, learned as jobs finish,
-    as a live server learns); off, the scheduler knows nothing of its runtime.
+    as a live server learns), and under a size-ranked policy every job is ranked by what
+    finished jobs making the same claim typically took (``RuntimeHistory.typical``); off, the
+    scheduler knows nothing of its runtime but its limit.
     ``limit_model``: how a job without a limit of its own (the trace's ``time_limit_s``) gets
     one, ``"derived"`` (``sim.jobs.time_limit``) or ``"user"`` (users' estimates, seeded by
     ``seed``; ``boltforge.sim.limits``); ``time_limits`` off wins over it.
