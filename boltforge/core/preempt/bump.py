@@ -8,8 +8,8 @@ running job is bumped only when its time left is at least ``BumpRule.gain`` time
 waiting job needs plus the time the bumped job loses (work since its last checkpoint and its
 restart). The time a job has left (``shortest.runtime_left``) comes from what it was expected
 to run less what it already ran; a job past its estimate, or with none, is expected to run
-about as long again as it already has (``shortest.runtime_left``), so long runners become
-victims whether or not anyone knew their runtime.
+about as long again as it already has, so long runners become victims whether or not anyone
+knew their runtime.
 
 Jobs are compared by *standing* (``victims.Standing``): ``(class, tier)``, the tier the
 power of two of the seconds left, so a job may only bump jobs with at least as much time

@@ -25,7 +25,11 @@ HOST = make_fleet(racks=1, hosts=1)  # one host of 8 GPUs
 
 
 def job(
-    name: str, hours: float | None, cls: int = 3, attained_hours: float = 0.0, every: float = HOUR
+    name: str,
+    hours: float | None,
+    cls: int = 3,
+    attained_hours: float = 0.0,
+    every: float | None = HOUR,
 ) -> Job:
     gang = make_gang(name, gpus=8, per_node=8)
     gang = Gang(gang.name, gang.roles, gang.topology, "team", cls)
@@ -107,7 +111,7 @@ def test_the_bump_note_says_what_each_side_has_left() -> None:
 def test_bumping_pays_exactly_when_the_victim_has_gain_times_need_plus_loss_left(
     left: float, need: float, gain: float
 ) -> None:
-    victim = job("v", left / HOUR, every=None)  # type: ignore[arg-type]
+    victim = job("v", left / HOUR, every=None)
     _, run = on_the_host(victim, 0.0)
     worth, _ = worth_bumping([run], job("w", need / HOUR), NOW, BumpRule(gain))
     lost = run.lost_gpu_seconds(NOW) / 8  # restart only: it just started
