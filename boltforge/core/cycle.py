@@ -72,7 +72,7 @@ from boltforge.core.preempt.choose import (
     spent_for_all,
 )
 from boltforge.core.preempt.text import span
-from boltforge.core.preempt.victims import PreemptRules, standing_of
+from boltforge.core.preempt.victims import PreemptRules, saved_within, standing_of
 from boltforge.core.queueing.columns import QueueColumns
 from boltforge.core.queueing.estimates import fill_estimates
 from boltforge.core.queueing.fairshare import Resources
@@ -383,7 +383,7 @@ def _bumps_none_of(p: _Pass, priority: int, mark: tuple[int, ...]) -> bool:
     if _bumps_nobody(p, priority) or p.preempt_attempts <= 0 or _churn_spent(p):
         return True
     alive = _alive(p, _running_standing(p))
-    return not alive.borrowing and not alive.any_below(mark)
+    return not alive.borrowing and not alive.any_bumpable(mark)
 
 
 def _churn_spent(p: _Pass) -> bool:
@@ -889,11 +889,14 @@ def _preempt(
     standing = _standing(p, finder)
     alive = _alive(p, standing)
     reclaim = frozenset(r.job.id for r in alive.borrowing if _is_owed(p, finder, r))
-    if not reclaim and not alive.any_below(standing_of(finder, standing)):
+    mine = standing_of(finder, standing)
+    if not reclaim and not alive.any_below(mine):
         return False, ()  # nothing it may bump: nothing of lower standing, nothing owed to it
     if p.preempt_attempts <= 0:
         return False, ("preemption not tried: this pass's preemption attempts are used up",)
     p.preempt_attempts -= 1
+    if not reclaim and not p.explain and not alive.any_bumpable(mine):
+        return False, ()  # every job below it is a peer its checkpoint window shields
     with p.work.fenced(blocked):
         found = find_victims(
             p.work,
@@ -963,18 +966,26 @@ def _shares_after(p: _Pass, job: Job, found: Victims, blocked: frozenset[int]) -
 class _Alive:
     """The running jobs that still hold their allocations in a pass, as its victim searches
     see them (``_alive``): ``borrowing`` those on borrowed quota (``borrowers`` their ids),
-    ``least`` the least important standing among them (None: there are none), ``screens``
-    what the searches made of them so far."""
+    ``least`` the least important standing among them (None: there are none), ``reachable``
+    the same with every job that the peer window shields from jobs of its own class
+    (``PreemptRules.peer_window_s``) standing below its tiers, ``screens`` what the
+    searches made of them so far."""
 
     jobs: list[Running]
     borrowing: list[Running]
     borrowers: frozenset[str]
     least: tuple[int, ...] | None
+    reachable: tuple[int, ...] | None
     screens: Screens
 
     def any_below(self, mine: tuple[int, ...]) -> bool:
         """Whether one of the jobs stands lower (is less important) than ``mine``."""
         return self.least is not None and self.least > mine
+
+    def any_bumpable(self, mine: tuple[int, ...]) -> bool:
+        """Whether one of the jobs stands lower than ``mine`` and no peer window shields it
+        from a job of standing ``mine``: a victim search can find one."""
+        return self.reachable is not None and self.reachable > mine
 
 
 def _alive(p: _Pass, standing: dict[str, tuple[int, ...]] | None) -> _Alive:
@@ -984,9 +995,15 @@ def _alive(p: _Pass, standing: dict[str, tuple[int, ...]] | None) -> _Alive:
     if p.alive is None:
         jobs = [r for r in p.running.values() if r.job.id in p.work.allocations]
         borrowing = [r for r in jobs if r.borrowed]
-        least = max((standing_of(r.job, standing) for r in jobs), default=None)
+        marks = [standing_of(r.job, standing) for r in jobs]
+        least = max(marks, default=None)
+        window = p.rules.peer_window_s
+        if window is not None:  # a shielded job stands below every tier of its own class
+            shielded = [not saved_within(r, p.now, window) for r in jobs]
+            marks = [(m[0], -1) if s else m for m, s in zip(marks, shielded, strict=True)]
+        reachable = max(marks, default=None)
         borrowers = frozenset(r.job.id for r in borrowing)
-        p.alive = _Alive(jobs, borrowing, borrowers, least, Screens())
+        p.alive = _Alive(jobs, borrowing, borrowers, least, reachable, Screens())
     return p.alive
 
 

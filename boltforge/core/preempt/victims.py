@@ -203,11 +203,16 @@ def refusal(
     if run.last_preempted is not None and now - run.last_preempted < rules.cooldown_s:
         return Refusal.COOLDOWN
     peer = victim.priority == job.priority and victim.id not in reclaim_from
-    if rules.peer_window_s is not None and peer:
-        saved = run.checkpoint_before(now)
-        if saved is None or now - saved > rules.peer_window_s:
-            return Refusal.UNSAVED
+    if rules.peer_window_s is not None and peer and not saved_within(run, now, rules.peer_window_s):
+        return Refusal.UNSAVED
     return None
+
+
+def saved_within(run: Running, now: float, window: float) -> bool:
+    """Whether ``run`` checkpointed no longer than ``window`` before ``now`` (the peer rule:
+    ``PreemptRules.peer_window_s``)."""
+    saved = run.checkpoint_before(now)
+    return saved is not None and now - saved <= window
 
 
 @dataclass(frozen=True, slots=True)
