@@ -59,7 +59,7 @@ from boltforge.core.placement.recovery import recover
 from boltforge.core.placement.routing import Route, RoutingFacts, fences, note_for, route_job
 from boltforge.core.placement.single import plan_on_host
 from boltforge.core.policy import Backfill, Ordering, Policy
-from boltforge.core.preempt.bump import TIERS, tier, worth_bumping
+from boltforge.core.preempt.bump import TIERS, Margins, needs_s, tier, worth_bumping
 from boltforge.core.preempt.bump import standing as bump_standing
 from boltforge.core.preempt.choose import (
     NoVictims,
@@ -165,6 +165,7 @@ class _Pass:
     fences: _Fences | None = None  # the reservations' hosts, for ``_blocked_hosts``
     rules: PreemptRules = field(default_factory=PreemptRules)  # ``_rules`` of the policy
     churn: tuple[int, bool] | None = None  # ``_churn_spent``, as of that many ``recent``
+    margins: Margins | None = None  # the running jobs' time left, under bumping (``_margins``)
 
 
 def run_cycle(
@@ -897,6 +898,8 @@ def _preempt(
     p.preempt_attempts -= 1
     if not reclaim and not p.explain and not alive.any_bumpable(mine):
         return False, ()  # every job below it is a peer its checkpoint window shields
+    if not p.explain and not _room_for_gain(p, finder, alive, reclaim):
+        return False, ()  # every victim set a search finds is short or bumps a peer unpaid
     with p.work.fenced(blocked):
         found = find_victims(
             p.work,
@@ -953,6 +956,21 @@ def _worth(
     return worth_bumping(peers, job, p.now, rule)
 
 
+def _room_for_gain(p: _Pass, job: Job, alive: _Alive, reclaim: frozenset[str]) -> bool:
+    """Whether some running job may be in a search's answer for ``job`` that passes
+    ``_worth``, and the GPUs free now and those of every such job add up to ``job``'s GPUs
+    (``bump.Margins.room``: open to bumps, and owed to its queue (``reclaim``), of a less
+    important class, or a peer the bump rule lets go). False: any answer a search finds names
+    victims (a job that places as things are gets none, and ``_preempt`` says no), and they
+    free too little or include one refused or one the rule keeps; the search can be skipped.
+    Always True without a bump rule."""
+    rule, margins = p.policy.bump, alive.margins
+    if rule is None or margins is None or alive.among is None:
+        return True
+    count, gpus = margins.room(job, needs_s(job, p.now), rule, reclaim, alive.among)
+    return count > 0 and p.work.free_gpus + gpus >= job.gpus
+
+
 def _shares_after(p: _Pass, job: Job, found: Victims, blocked: frozenset[int]) -> Placement | None:
     """Where ``job``'s shares go once ``found`` are evicted (off ``blocked`` hosts); None
     when they would still not fit."""
@@ -969,7 +987,8 @@ class _Alive:
     ``least`` the least important standing among them (None: there are none), ``reachable``
     the same with every job that the peer window shields from jobs of its own class
     (``PreemptRules.peer_window_s``) standing below its tiers, ``screens`` what the
-    searches made of them so far."""
+    searches made of them so far, ``margins`` the pass's running jobs as the bump rule reads
+    them (None without one; ``_room_for_gain``) and ``among`` which of them these are."""
 
     jobs: list[Running]
     borrowing: list[Running]
@@ -977,6 +996,8 @@ class _Alive:
     least: tuple[int, ...] | None
     reachable: tuple[int, ...] | None
     screens: Screens
+    margins: Margins | None = None
+    among: BoolArray | None = None
 
     def any_below(self, mine: tuple[int, ...]) -> bool:
         """Whether one of the jobs stands lower (is less important) than ``mine``."""
@@ -1003,7 +1024,9 @@ def _alive(p: _Pass, standing: dict[str, tuple[int, ...]] | None) -> _Alive:
             marks = [(m[0], -1) if s else m for m, s in zip(marks, shielded, strict=True)]
         reachable = max(marks, default=None)
         borrowers = frozenset(r.job.id for r in borrowing)
-        p.alive = _Alive(jobs, borrowing, borrowers, least, reachable, Screens())
+        margins = None if p.policy.bump is None else _margins(p)
+        among = None if margins is None else margins.holding(p.work.allocations)
+        p.alive = _Alive(jobs, borrowing, borrowers, least, reachable, Screens(), margins, among)
     return p.alive
 
 
@@ -1055,12 +1078,22 @@ def _running_standing(p: _Pass) -> dict[str, tuple[int, ...]] | None:
     the running jobs' at its first use; otherwise None."""
     if _finer(p.policy) is None:
         return None
+    if p.standing is None and p.policy.ordering != Ordering.LAS:  # tiers of time left
+        left = _margins(p).left
+        p.standing = {r.job.id: (r.job.priority, tier(left[r.job.id])) for r in p.running.values()}
     if p.standing is None:  # the running jobs' standings, once per pass
         policy, now = p.policy, p.now
         p.standing = {
             r.job.id: _own_standing(policy, r.job, now, r.start_time) for r in p.running.values()
         }
     return p.standing
+
+
+def _margins(p: _Pass) -> Margins:
+    """The pass's running jobs as bumping reads them (``bump.Margins``), once per pass."""
+    if p.margins is None:
+        p.margins = Margins(p.running.values(), p.now, p.rules)
+    return p.margins
 
 
 def _is_owed(p: _Pass, job: Job, victim: Running) -> bool:

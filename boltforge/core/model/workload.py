@@ -83,10 +83,10 @@ class Running:
     last_preempted: float | None = None
     last_resized: float | None = None
     borrowed: bool = False
+    gpus: int = field(init=False, compare=False)  # GPUs its allocation's grants hold
 
-    @property
-    def gpus(self) -> int:
-        return sum(len(g.gpus) for g in self.allocation.grants)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpus", sum(len(g.gpus) for g in self.allocation.grants))
 
     def expected_end(self) -> float | None:
         runtime = self.job.expected_runtime()

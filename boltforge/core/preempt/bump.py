@@ -21,11 +21,17 @@ alone (``victims.refusal``, ``choose.find_victims``).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
+from typing import NamedTuple
 
+import numpy as np
+
+from boltforge.core.model.topology import BoolArray, FloatArray, IntArray
 from boltforge.core.model.workload import Job, Running
 from boltforge.core.preempt.text import gpu_hours, span
+from boltforge.core.preempt.victims import PreemptRules, open_to_bumps, saved_within
 from boltforge.core.queueing.shortest import runtime_left
 
 TIERS = 64  # tiers a class holds: powers of two of seconds, far beyond any runtime
@@ -61,6 +67,81 @@ def standing(job: Job, now: float, started: float | None = None) -> tuple[int, i
     return (job.priority, tier(runtime_left(job, ran_s(job, now, started))))
 
 
+def needs_s(job: Job, now: float) -> float:
+    """Seconds waiting ``job`` is expected to need (``shortest.runtime_left``)."""
+    return runtime_left(job, ran_s(job, now))
+
+
+def time_left(run: Running, now: float) -> float:
+    """Seconds running ``run`` is expected to need still (``shortest.runtime_left``)."""
+    return runtime_left(run.job, ran_s(run.job, now, run.start_time))
+
+
+class _Columns(NamedTuple):
+    """The running jobs, one entry each, as ``Margins.room`` reads them."""
+
+    ids: list[str]
+    classes: IntArray
+    gpus: IntArray
+    left: FloatArray  # seconds left (``time_left``)
+    lost_per_gpu: FloatArray  # seconds of work lost per GPU if displaced now
+    open: BoolArray  # some job may displace it now (``victims.open_to_bumps``)
+    saved: BoolArray  # inside the peer window (``PreemptRules.peer_window_s``), if any
+    elastic: BoolArray
+
+
+class Margins:
+    """The running jobs of a pass (``runs``) at ``now`` under preemption ``rules``: each
+    one's ``time_left`` by job id (``left``, made at once), and what ``refusal`` and
+    ``worth_bumping`` read of them as columns, made at the first ``room``, which totals what
+    a bump could take for a waiting job at once."""
+
+    def __init__(self, runs: Iterable[Running], now: float, rules: PreemptRules) -> None:
+        self.runs, self.now, self.rules = list(runs), now, rules
+        self.left = {r.job.id: time_left(r, now) for r in self.runs}
+
+    @cached_property
+    def _columns(self) -> _Columns:
+        runs, now, rules, n = self.runs, self.now, self.rules, len(self.runs)
+        window = rules.peer_window_s
+        gpus = np.fromiter((r.gpus for r in runs), np.int64, n)
+        lost = np.fromiter((r.lost_gpu_seconds(now) for r in runs), np.float64, n)
+        return _Columns(
+            list(self.left),
+            np.fromiter((r.job.priority for r in runs), np.int64, n),
+            gpus,
+            np.fromiter(self.left.values(), np.float64, n),
+            lost / np.maximum(gpus, 1),
+            np.fromiter((open_to_bumps(r, rules, now) for r in runs), np.bool_, n),
+            np.fromiter((window is None or saved_within(r, now, window) for r in runs), bool, n),
+            np.fromiter((r.job.elastic is not None for r in runs), np.bool_, n),
+        )
+
+    def holding(self, allocations: Container[str]) -> BoolArray:
+        """Which of the jobs still hold an allocation in ``allocations``."""
+        return np.fromiter((i in allocations for i in self.left), np.bool_, len(self.left))
+
+    def room(
+        self, job: Job, need_s: float, rule: BumpRule, owed: frozenset[str], among: BoolArray
+    ) -> tuple[int, int]:
+        """How many of the jobs ``among`` could be victims of ``job`` (needing ``need_s``)
+        in a bump that pays, and their GPUs. Such a job is open to bumps
+        (``victims.open_to_bumps``) and is named in ``owed`` (reclaimed from its queue), or of
+        a less important class, or a peer inside the peer window that is elastic (a shrink
+        is not bump-ruled) or has at least ``rule.gain`` times ``need_s`` plus its loss per
+        GPU left, as ``worth_bumping`` asks. Every other job is refused (``refusal``) or
+        makes ``worth_bumping`` say no."""
+        c = self._columns
+        pays = c.left / np.maximum(need_s + c.lost_per_gpu, 1.0) >= rule.gain
+        take = (c.classes > job.priority) | (
+            (c.classes == job.priority) & c.saved & (c.elastic | pays)
+        )
+        if owed:
+            take |= np.fromiter((i in owed for i in c.ids), np.bool_, len(c.ids))
+        take &= c.open & among
+        return int(take.sum()), int(c.gpus[take].sum())
+
+
 def worth_bumping(
     victims: Sequence[Running], job: Job, now: float, rule: BumpRule
 ) -> tuple[bool, str]:
@@ -68,21 +149,20 @@ def worth_bumping(
     has at least ``rule.gain`` times ``job``'s need plus its own loss (work since its last
     checkpoint and its restart, per GPU) left. Returns the decision and the arithmetic for the
     first victim that fails, or for the closest call when all pass."""
-    need = runtime_left(job, ran_s(job, now))
+    need = needs_s(job, now)
     closest: tuple[float, str] | None = None
     for run in victims:
         left = runtime_left(run.job, ran_s(run.job, now, run.start_time))
         lost = run.lost_gpu_seconds(now)
-        cost = need + lost / max(run.gpus, 1)
-        margin = left / max(cost, 1.0)
+        times = left / max(need + lost / max(run.gpus, 1), 1.0)
         words = (
             f"{run.job.id} has ~{span(left)} left; this job needs ~{span(need)} and bumping "
             f"{run.job.id} loses {gpu_hours(lost)} GPU-hours since its checkpoint"
         )
-        if margin < rule.gain:
+        if times < rule.gain:
             return False, f"{words}: less than {rule.gain:g}x, so it keeps its GPUs"
-        if closest is None or margin < closest[0]:
-            closest = (margin, words)
+        if closest is None or times < closest[0]:
+            closest = (times, words)
     if closest is None:
         return True, "nothing of its class to bump"
     return True, f"{closest[1]}: {closest[0]:.1f}x, at least {rule.gain:g}x, so it is bumped"

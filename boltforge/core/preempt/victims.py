@@ -198,14 +198,30 @@ def refusal(
             return Refusal.PRODUCTION
         if standing_of(victim, standing) <= standing_of(job, standing):
             return Refusal.CASCADE
-    if now - run.start_time < rules.min_runtime_s:
-        return Refusal.YOUNG
-    if run.last_preempted is not None and now - run.last_preempted < rules.cooldown_s:
-        return Refusal.COOLDOWN
+    soon = too_soon(run, rules, now)
+    if soon is not None:
+        return soon
     peer = victim.priority == job.priority and victim.id not in reclaim_from
     if rules.peer_window_s is not None and peer and not saved_within(run, now, rules.peer_window_s):
         return Refusal.UNSAVED
     return None
+
+
+def too_soon(run: Running, rules: PreemptRules, now: float) -> Refusal | None:
+    """Whether ``run`` is protected at ``now`` whoever asks: it started less than the minimum
+    runtime ago (``YOUNG``) or was preempted within the cooldown (``COOLDOWN``)."""
+    if now - run.start_time < rules.min_runtime_s:
+        return Refusal.YOUNG
+    if run.last_preempted is not None and now - run.last_preempted < rules.cooldown_s:
+        return Refusal.COOLDOWN
+    return None
+
+
+def open_to_bumps(run: Running, rules: PreemptRules, now: float) -> bool:
+    """Whether some job could displace ``run`` at ``now`` (``refusal`` refuses every job a
+    running job that serves, is pinned or is ``too_soon``)."""
+    job = run.job
+    return job.priority > 0 and job.preemptible and too_soon(run, rules, now) is None
 
 
 def saved_within(run: Running, now: float, window: float) -> bool:

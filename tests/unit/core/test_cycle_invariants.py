@@ -336,3 +336,18 @@ def test_a_world_handed_in_arrival_order_gets_the_same_decisions(
     arrived = replace(world.snap, pending=tuple(by_arrival), in_arrival_order=True)
     expected = run_cycle(shuffled, world.policy, explain=explain)
     assert run_cycle(arrived, world.policy, explain=explain) == expected
+
+
+@settings(PROPERTIES, max_examples=100)
+@given(worlds(crowded=True))
+def test_a_crowded_pass_without_explanations_bumps_the_same_jobs(world: World) -> None:
+    """A pass nobody reads the reasons of skips the victim searches that could not pay
+    (``_room_for_gain``, ``_churn_spent``); it starts and bumps exactly what a pass that
+    searches and explains everything does."""
+    full = run_cycle(world.snap, world.policy)
+    bare = run_cycle(world.snap, world.policy, explain=False)
+    assert (bare.binds, bare.evictions, bare.reservations) == (
+        full.binds,
+        full.evictions,
+        full.reservations,
+    )
