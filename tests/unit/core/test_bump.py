@@ -3,6 +3,7 @@ that has far more time left than it needs, when the bumped job loses little."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -12,7 +13,14 @@ from boltforge.core.model.gang import Gang
 from boltforge.core.model.state import Allocation, FleetState, Grant
 from boltforge.core.model.workload import Job, Running
 from boltforge.core.policy import POLICIES
-from boltforge.core.preempt.bump import BumpRule, standing, tier, worth_bumping
+from boltforge.core.preempt.bump import (
+    BumpRule,
+    Margins,
+    needs_s,
+    standing,
+    tier,
+    worth_bumping,
+)
 from boltforge.core.preempt.victims import PreemptRules
 from boltforge.testing.builders import make_fleet, make_gang
 
@@ -22,6 +30,7 @@ BUMPING = POLICIES["default"].with_(
     bump=BumpRule(gain=4.0), preempt_rules=PreemptRules(churn_fraction=1.0)
 )
 HOST = make_fleet(racks=1, hosts=1)  # one host of 8 GPUs
+ALLOCATION = Allocation("any", (Grant("w", 0, 0, tuple(range(8))),), None, 3)  # 8 GPUs
 
 
 def job(
@@ -53,10 +62,14 @@ def on_the_host(victim: Job, ran_hours: float) -> tuple[FleetState, Running]:
     return state, Running(victim, state.allocations[victim.id], NOW - ran_hours * HOUR)
 
 
-def cycle(victim: Job, ran_hours: float, waiting: Job, policy: object = BUMPING) -> list[str]:
-    """The jobs a full pass evicts when ``waiting`` finds ``victim`` on the only host."""
+def cycle(
+    victim: Job, ran_hours: float, waiting: Job, policy: object = BUMPING, explain: bool = True
+) -> list[str]:
+    """The jobs a full pass evicts when ``waiting`` finds ``victim`` on the only host
+    (``explain=False``: a pass nobody reads the reasons of, as the simulator's)."""
     state, run = on_the_host(victim, ran_hours)
-    result = run_cycle(Snapshot(state, (waiting,), (run,), NOW), policy)  # type: ignore[arg-type]
+    snap = Snapshot(state, (waiting,), (run,), NOW)
+    result = run_cycle(snap, policy, explain=explain)  # type: ignore[arg-type]
     return [e.job for e in result.evictions]
 
 
@@ -77,6 +90,35 @@ def test_a_long_runner_is_bumped_only_when_it_pays(
 ) -> None:
     evicted = cycle(job("long", limit), ran, job("short", need))
     assert evicted == (["long"] if bumped else [])
+
+
+@pytest.mark.parametrize(("limit", "ran", "need", "bumped"), SCENARIOS)
+def test_a_pass_nobody_reads_bumps_the_same_jobs(
+    limit: float | None, ran: float, need: float | None, bumped: bool
+) -> None:
+    evicted = cycle(job("long", limit), ran, job("short", need), explain=False)
+    assert evicted == (["long"] if bumped else [])
+
+
+def test_margins_count_only_the_running_jobs_a_paying_bump_may_take() -> None:
+    """Of five running jobs of 8 GPUs, a bump for a 1-hour job of class 3 may take the one
+    of class 4 and the peer with 90 h left, never the peer with 2 h left, the one of class
+    2 or the one inside its minimum runtime."""
+    runs = [
+        Running(job("lower", 100, cls=4), ALLOCATION, NOW - 10 * HOUR),
+        Running(job("peer-long", 100), ALLOCATION, NOW - 10 * HOUR),
+        Running(job("peer-short", 3), ALLOCATION, NOW - HOUR),
+        Running(job("higher", 100, cls=2), ALLOCATION, NOW - 10 * HOUR),
+        Running(job("young", 100, cls=4), ALLOCATION, NOW - 60.0),
+    ]
+    margins = Margins(runs, NOW, PreemptRules())
+    everyone = np.ones(len(runs), dtype=np.bool_)
+    need = needs_s(job("short", 1), NOW)
+    assert margins.room(job("short", 1), need, BumpRule(4.0), frozenset(), everyone) == (2, 16)
+    owed = frozenset({"higher"})
+    assert margins.room(job("short", 1), need, BumpRule(4.0), owed, everyone) == (3, 24)
+    held = np.array([False, True, True, True, True])
+    assert margins.room(job("short", 1), need, BumpRule(4.0), frozenset(), held) == (1, 8)
 
 
 def test_without_a_bump_rule_the_default_never_preempts_its_own_class() -> None:
