@@ -1,0 +1,85 @@
+"""The state of one pass (``PassState``), which every phase reads and changes.
+
+Contract. A ``PassState`` is made by ``run.py`` at the start of a pass and never leaves the
+cycle. Its fields fall into four groups:
+
+- inputs, set once: ``policy``, ``now``, ``running``, ``quota``, ``routing``, ``explain``,
+  ``rules``, ``max_class``, ``borrowing``;
+- the scratch fleet and the quota count the pass fills in: ``work`` (a copy of the snapshot's
+  state, the only state any phase allocates on) and ``holdings`` (GPUs per queue and pool);
+- the decisions, appended to in order: ``binds``, ``evictions``, ``reservations``,
+  ``waiting``, and ``recent`` (preemptions, for the churn budget);
+- budgets and caches, each cleared by whatever changes what it summarizes:
+  ``estimates_left``, ``preempt_attempts``, ``failed_shapes``, ``last_host``, ``head_blocked``,
+  ``unseen``, ``open_gpus``, ``standing``, ``spread``, ``alive``, ``fences``, ``churn``.
+
+``_open_gpus`` is the one cache read here: free GPUs on hosts taking work, counted again after
+``_bind``, ``_evict`` or a restart hold cleared it.
+
+Names with a leading underscore in ``boltforge/core/cycle/`` are the package's own: its modules
+import them from one another, nothing outside the package does.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from boltforge.core.decisions import Bind, Evict, Reserve, Waiting, WaitReason
+from boltforge.core.model.state import FleetState
+from boltforge.core.model.workload import Running
+from boltforge.core.placement.answers import Placement
+from boltforge.core.placement.routing import RoutingFacts
+from boltforge.core.policy import Policy
+from boltforge.core.preempt.victims import PreemptRules
+from boltforge.core.queueing.quota import QuotaTree
+
+if TYPE_CHECKING:
+    from boltforge.core.cycle.preempt import _Alive
+    from boltforge.core.cycle.reserve import _Fences
+
+
+@dataclass
+class PassState:
+    """Mutable bookkeeping of one pass; never escapes the cycle."""
+
+    policy: Policy
+    now: float
+    work: FleetState
+    running: dict[str, Running]
+    quota: QuotaTree | None = None
+    holdings: dict[str, dict[str, int]] = field(default_factory=dict)
+    binds: list[Bind] = field(default_factory=list)
+    evictions: list[Evict] = field(default_factory=list)
+    reservations: list[Reserve] = field(default_factory=list)
+    waiting: list[Waiting] = field(default_factory=list)
+    failed_shapes: dict[tuple[object, ...], tuple[WaitReason, tuple[str, ...]]] = field(
+        default_factory=dict
+    )
+    estimates_left: int = 0
+    head_blocked: str | None = None
+    recent: list[tuple[float, int]] = field(default_factory=list)
+    preempt_attempts: int = 0
+    last_host: tuple[tuple[object, ...], Placement] | None = None
+    evicted: set[str] = field(default_factory=set)
+    routing: RoutingFacts | None = None
+    explain: bool = True
+    max_class: int | None = None
+    borrowing: bool = False
+    open_gpus: int | None = None  # free GPUs on hosts taking work; None: count again
+    standing: dict[str, tuple[int, ...]] | None = None  # under LAS, by job id
+    spread: dict[str, Counter[int]] | None = None  # jobs per host per spread group (``_apart``)
+    unseen: int = 0  # jobs left waiting unlooked-at (``_Tail``)
+    alive: _Alive | None = None  # the running jobs as victim searches see them (``_alive``)
+    fences: _Fences | None = None  # the reservations' hosts, for ``_blocked_hosts``
+    rules: PreemptRules = field(default_factory=PreemptRules)  # ``_rules`` of the policy
+    churn: tuple[int, bool] | None = None  # ``_churn_spent``, as of that many ``recent``
+
+
+def _open_gpus(p: PassState) -> int:
+    """Free GPUs on hosts that take work, counted once per change of the pass's state (every
+    change goes through ``_bind``, ``_evict`` or a restart hold, which clear the count)."""
+    if p.open_gpus is None:
+        p.open_gpus = int(p.work.host_free[~p.work.cordoned].sum())
+    return p.open_gpus
