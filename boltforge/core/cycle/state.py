@@ -42,38 +42,52 @@ if TYPE_CHECKING:
 
 @dataclass
 class PassState:
-    """Mutable bookkeeping of one pass; never escapes the cycle."""
+    """Everything one pass knows and has decided so far; made by ``run.py``, read and changed
+    by the phases, never seen outside the cycle."""
 
+    # What the pass was given, set when it begins and never changed: the policy, the time,
+    # the running jobs by id, the queue tree (None: no quotas), cost-aware routing's facts
+    # (None: routing off), whether anybody reads the reasons (``explain``), the policy's
+    # preemption rules as this pass applies them (``_rules``), the most important class
+    # running (``max_class``) and whether any running job borrows quota.
     policy: Policy
     now: float
-    work: FleetState
+    work: FleetState  # the snapshot's fleet state, copied: every start and eviction lands here
     running: dict[str, Running]
     quota: QuotaTree | None = None
-    holdings: dict[str, dict[str, int]] = field(default_factory=dict)
+    holdings: dict[str, dict[str, int]] = field(default_factory=dict)  # GPUs per queue, pool
+    routing: RoutingFacts | None = None
+    explain: bool = True
+    rules: PreemptRules = field(default_factory=PreemptRules)
+    max_class: int | None = None
+    borrowing: bool = False
+
+    # The decisions, in the order they were made (``recent`` also holds the snapshot's
+    # recent preemptions, for the churn budget).
     binds: list[Bind] = field(default_factory=list)
     evictions: list[Evict] = field(default_factory=list)
     reservations: list[Reserve] = field(default_factory=list)
     waiting: list[Waiting] = field(default_factory=list)
+    recent: list[tuple[float, int]] = field(default_factory=list)
+    unseen: int = 0  # jobs left waiting unlooked-at (``tail.py``)
+
+    # Budgets, spent as the pass goes: start estimates for waiting jobs, victim searches.
+    estimates_left: int = 0
+    preempt_attempts: int = 0
+    # Strict order: the job everyone behind now waits for (None: not blocked).
+    head_blocked: str | None = None
+
+    # What the pass remembers to skip work it already did; each is cleared (or checked
+    # against what it was made from) when what it summarizes changes.
     failed_shapes: dict[tuple[object, ...], tuple[WaitReason, tuple[str, ...]]] = field(
         default_factory=dict
-    )
-    estimates_left: int = 0
-    head_blocked: str | None = None
-    recent: list[tuple[float, int]] = field(default_factory=list)
-    preempt_attempts: int = 0
-    last_host: tuple[tuple[object, ...], Placement] | None = None
-    evicted: set[str] = field(default_factory=set)
-    routing: RoutingFacts | None = None
-    explain: bool = True
-    max_class: int | None = None
-    borrowing: bool = False
+    )  # a shape (gang, class, fenced hosts) that did not start, and why
+    last_host: tuple[tuple[object, ...], Placement] | None = None  # ``_repeat``
     open_gpus: int | None = None  # free GPUs on hosts taking work; None: count again
-    standing: dict[str, tuple[int, ...]] | None = None  # under LAS, by job id
+    standing: dict[str, tuple[int, ...]] | None = None  # finer standings by job id
     spread: dict[str, Counter[int]] | None = None  # jobs per host per spread group (``_apart``)
-    unseen: int = 0  # jobs left waiting unlooked-at (``_Tail``)
     alive: _Alive | None = None  # the running jobs as victim searches see them (``_alive``)
     fences: _Fences | None = None  # the reservations' hosts, for ``_blocked_hosts``
-    rules: PreemptRules = field(default_factory=PreemptRules)  # ``_rules`` of the policy
     churn: tuple[int, bool] | None = None  # ``_churn_spent``, as of that many ``recent``
 
 
