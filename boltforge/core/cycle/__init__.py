@@ -28,7 +28,6 @@ new job against the reservations of the last full pass.
 from __future__ import annotations
 
 from boltforge.core.cycle.order import promised_first
-from boltforge.core.cycle.reserve import reservation_depth
 from boltforge.core.cycle.run import run_cycle, schedule_arrival
 from boltforge.core.cycle.snapshot import Snapshot, count_holding, gpus_by_pool, holdings_of
 from boltforge.core.decisions import Bind, CycleResult, Evict, Reserve, Waiting
@@ -44,7 +43,6 @@ __all__ = [
     "gpus_by_pool",
     "holdings_of",
     "promised_first",
-    "reservation_depth",
     "run_cycle",
     "schedule_arrival",
 ]

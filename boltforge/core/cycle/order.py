@@ -47,7 +47,7 @@ def _order(
 
         ordered = order_jobs(list(pending), policy, snap.now, by_share, arrived)
         return promised_first(ordered, policy, snap.promised), None, None
-    if policy.ordering == Ordering.FIFO and policy.size is None:
+    if policy.order.by == Ordering.FIFO and policy.order.size is None:
         return list(pending), columns, None  # arrival order, which the columns are in
     at = order_positions(columns, policy, snap.now, lambda c: fair_positions(c, *fair))
     at = _promised_first_at(at, columns.priority, columns.held, policy, pending, snap.promised)
@@ -59,7 +59,7 @@ def promised_first(ordered: list[Job], policy: Policy, promised: frozenset[str])
     jobs whose GPUs are held for their restart after a host failure, go first within their
     class (in the order given), so later, smaller arrivals never push back a start that was
     promised. Other orders are returned as given (arrival order keeps those jobs ahead)."""
-    if policy.size is None:
+    if policy.order.size is None:
         return ordered
     n = len(ordered)
     priority = np.fromiter(map(_JOB_CLASS, ordered), np.int64, n)
@@ -79,9 +79,9 @@ def _promised_first_at(
     """``promised_first`` on the positions ``at`` of ``jobs`` (each job's class and whether
     GPUs are held for it in ``priority`` and ``held``): a stable sort by class, then
     promised or held before the rest, as one integer key."""
-    if policy.size is None:
+    if policy.order.size is None:
         return at
-    if not promised and not held.any() and policy.ordering in _BY_CLASS:
+    if not promised and not held.any() and policy.order.by in _BY_CLASS:
         return at  # every key is its class's, in class order already
     rest = ~held
     if promised:
@@ -101,7 +101,8 @@ def _fair(snap: Snapshot, holdings: dict[str, dict[str, int]], policy: Policy) -
         float(fleet.host_cpus.sum()),
         float(fleet.host_memory.sum()),
     )
-    return (tree, snap.usage, capacity, snap.now, holdings, policy.half_life_s, policy.size)
+    order = policy.order
+    return (tree, snap.usage, capacity, snap.now, holdings, order.half_life_s, order.size)
 
 
 _FairArgs = tuple[QuotaTree, Usage, Resources, float, Holdings, float, SizeRule | None]

@@ -30,7 +30,7 @@ from boltforge.core.placement.place import Outcome
 from boltforge.core.placement.routing import Route, fences, note_for
 from boltforge.core.placement.single import plan_on_host
 
-# Lookahead window: how many jobs behind the one being placed it checks (policy.lookahead
+# Lookahead window: how many jobs behind the one being placed it checks (policy.placement.lookahead
 # bounds how far down the queue lookahead runs at all).
 WINDOW = 4
 
@@ -67,7 +67,7 @@ def _place(
                 return replace(placement, notes=notes), (), False
         blocked = blocked | excluded
     with p.work.fenced(blocked):
-        if p.policy.topology_aware:
+        if p.policy.placement.topology_aware:
             decision = place_now(p.work, gang, p.explain)
             never = decision.outcome == Outcome.NEVER
             placement = decision.placement

@@ -23,7 +23,7 @@ from boltforge.core.model.workload import Job, Running
 from boltforge.core.placement.answers import Placement
 from boltforge.core.placement.modes import when_and_where
 from boltforge.core.policy import Ordering, Policy
-from boltforge.core.preempt.bump import TIERS, worth_bumping
+from boltforge.core.preempt.bump import TIERS, BumpRule, worth_bumping
 from boltforge.core.preempt.bump import standing as bump_standing
 from boltforge.core.preempt.choose import (
     NoVictims,
@@ -108,7 +108,7 @@ def _worth(
     job's own class and not borrowing from its queue (``reclaim``), under the policy's bump
     rule (``worth_bumping``) as well."""
     worth, sentence = preemption_worth_it(found, job, wait)
-    rule = p.policy.bump
+    rule = _bump_rule(p.policy)
     if rule is None or not worth:
         return worth, sentence
     peers = [
@@ -211,9 +211,18 @@ def _churn_spent(p: PassState) -> bool:
 
 
 def _rules(policy: Policy) -> PreemptRules:
-    """The policy's preemption rules; shrinking elastic victims only where it uses elasticity."""
-    rules = policy.preempt_rules
-    return rules if policy.elastic or not rules.shrink else replace(rules, shrink=False)
+    """The policy's preemption rules; shrinking elastic victims only where it uses elasticity
+    (the defaults under a policy that never preempts, which no search then reads)."""
+    if policy.preemption is None:
+        return PreemptRules()
+    rules = policy.preemption.rules
+    return rules if policy.elastic is not None or not rules.shrink else replace(rules, shrink=False)
+
+
+def _bump_rule(policy: Policy) -> BumpRule | None:
+    """The policy's rule for bumping a running job of the waiting job's own class (None: it
+    preempts across classes only, or never)."""
+    return None if policy.preemption is None else policy.preemption.bump
 
 
 def _wait(p: PassState, job: Job) -> float | None:
@@ -225,9 +234,9 @@ def _wait(p: PassState, job: Job) -> float | None:
 def _finer(policy: Policy) -> int | None:
     """How many levels a class splits into when a policy ranks standing finer than class:
     LAS queues under Tiresias, tiers of time left under bumping; None: class alone."""
-    if policy.ordering == Ordering.LAS:
-        return len(policy.las_thresholds) + 1
-    return TIERS if policy.bump is not None else None
+    if policy.order.by == Ordering.LAS:
+        return len(policy.order.las_thresholds) + 1
+    return TIERS if _bump_rule(policy) is not None else None
 
 
 def _standing(p: PassState, job: Job) -> dict[str, tuple[int, ...]] | None:

@@ -1,13 +1,14 @@
 """Reservation and backfill: a start promised to the first blocked jobs, and the hosts
 later jobs must then keep off.
 
-Contract. ``reservation_depth`` is how many jobs a full pass reserves for (the policy's
-backfill part). ``_blocked_hosts`` reads the pass's ``reservations`` and returns the hosts a job
-must avoid: those reserved for a start before the job would finish (a job's own reservation
-never fences it off); that is backfill. ``_reserve`` and ``_promise`` append a ``Reserve`` and
-the job's ``Waiting`` (reason RESERVED). ``_waits_for_tight`` leaves a job waiting for a tight
-placement that finishes sooner than the wide one it could take now (the placement part's
-patience), reserving it in a full pass. None of them allocates on ``work``.
+Contract. A full pass reserves a start for as many blocked jobs as the policy's backfill part
+says (``Backfill.depth``; ``_may_reserve``). ``_blocked_hosts`` reads the pass's
+``reservations`` and returns the hosts a job must avoid: those reserved for a start before the
+job would finish (a job's own reservation never fences it off); that is backfill. ``_reserve``
+and ``_promise`` append a ``Reserve`` and the job's ``Waiting`` (reason RESERVED).
+``_waits_for_tight`` leaves a job waiting for a tight placement that finishes sooner than the
+wide one it could take now (the placement part's patience), reserving it in a full pass. None
+of them allocates on ``work``.
 """
 
 from __future__ import annotations
@@ -24,20 +25,12 @@ from boltforge.core.placement.answers import Placement
 from boltforge.core.placement.modes import when_and_where
 from boltforge.core.placement.patience import tighter, worth_waiting
 from boltforge.core.placement.place import Decision, Outcome
-from boltforge.core.policy import Backfill, Policy
 from boltforge.core.preempt.text import span
 
 
-def reservation_depth(policy: Policy) -> int:
-    """How many waiting jobs a full pass reserves a start for: none without backfill, the
-    head job under EASY, ``policy.reservations`` under conservative backfill."""
-    if policy.backfill == Backfill.NONE:
-        return 0
-    return 1 if policy.backfill == Backfill.EASY else policy.reservations
-
-
 def _may_reserve(p: PassState) -> bool:
-    return len(p.reservations) < reservation_depth(p.policy)
+    """Whether the policy's backfill part leaves a reservation to give in this pass."""
+    return len(p.reservations) < p.policy.backfill.depth
 
 
 def _blocked_hosts(p: PassState, job: Job) -> frozenset[int]:

@@ -59,10 +59,11 @@ def run_cycle(
     ordered, columns, at = _order(snap, policy, holdings)  # 1.
     p = _new_pass(snap, policy, holdings)  # 2. snapshot
     p.reservations = list(reservations)
-    p.estimates_left = policy.estimate_waits if explain else 0
+    p.estimates_left = policy.backfill.estimate_waits if explain else 0
     p.explain = explain
     tail = None if explain else _Tail(ordered, policy, snap.now, columns, at)
-    ahead = len(ordered[: policy.lookahead])  # lookahead looks at the jobs before this position
+    # lookahead looks at the jobs before this position
+    ahead = len(ordered[: policy.placement.lookahead])
     for position, job in enumerate(ordered):
         if tail is not None and tail.none_can_start(p, position):
             p.unseen = len(ordered) - position  # they wait; nobody reads why
@@ -111,7 +112,7 @@ def _new_pass(snap: Snapshot, policy: Policy, holdings: dict[str, dict[str, int]
     p = PassState(policy, snap.now, snap.state.copy(), running, snap.quota, holdings)
     p.recent = list(snap.recent_preemptions)
     p.routing = snap.routing
-    p.preempt_attempts = policy.preempt_attempts
+    p.preempt_attempts = 0 if policy.preemption is None else policy.preemption.attempts
     p.rules = _rules(policy)
     p.max_class = max((r.job.priority for r in snap.running), default=None)
     p.borrowing = any(r.borrowed for r in snap.running)
@@ -136,13 +137,16 @@ def _consider(
         if hold is not None and len(p.binds) == bound:
             _keep_hold(p, hold)
             _say_held(p, job, hold)
-    if p.policy.strict_order and p.waiting and p.waiting[-1].job == job.id:
+    if p.policy.order.strict and p.waiting and p.waiting[-1].job == job.id:
         p.head_blocked = job.id
 
 
 def _consider_one(
     p: PassState, job: Job, position: int, may_reserve: bool, upcoming: tuple[Gang, ...]
 ) -> None:
+    """Take one job of whole GPUs through the phases, in the order of the package docstring;
+    it ends bound, reserved or waiting with its reason."""
+    policy = p.policy
     if job.gang.shared:
         _consider_shared(p, job, position)
         return
@@ -169,7 +173,7 @@ def _consider_one(
     if placement is None and (p.explain or job.gpus <= _open_gpus(p)):
         placement, reasons, never = _place(p, job.gang, blocked, upcoming, route)
     if placement is not None:
-        if p.policy.patience and _waits_for_tight(p, job, placement, position, may_reserve):
+        if policy.placement.patience and _waits_for_tight(p, job, placement, position, may_reserve):
             return
         verdict = _admit(p, job, placement)  # 4. admit
         if not verdict.ok:
@@ -185,9 +189,10 @@ def _consider_one(
         p.failed_shapes[shape] = (WaitReason.NEVER, reasons)
         p.waiting.append(Waiting(job.id, position, WaitReason.NEVER, reasons))
         return
-    if p.policy.elastic and job.elastic and _start_smaller(p, job, position, blocked):  # 5.
+    # 5. start smaller
+    if policy.elastic is not None and job.elastic and _start_smaller(p, job, position, blocked):
         return
-    if p.policy.preemption:  # 6. preempt
+    if policy.preemption is not None:  # 6. preempt
         bumped, why_not = _preempt(p, job, position, blocked)
         if bumped:
             return
@@ -211,7 +216,7 @@ def _consider_shared(p: PassState, job: Job, position: int) -> None:
         plan = place_shares(p.work, job.gang)
     if plan.grants is None:
         reasons = plan.notes
-        if not plan.never and p.policy.preemption:
+        if not plan.never and p.policy.preemption is not None:
             seeker = replace(job, gang=whole_gpu_gang(p.work.tree, job.gang))
             bumped, why_not = _preempt(p, job, position, blocked, seeker)
             if bumped:

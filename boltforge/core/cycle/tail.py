@@ -14,7 +14,7 @@ from operator import attrgetter
 import numpy as np
 
 from boltforge.core.cycle.order import _JOB_CLASS
-from boltforge.core.cycle.preempt import _bumps_none_of, _finer, _own_standing
+from boltforge.core.cycle.preempt import _bump_rule, _bumps_none_of, _finer, _own_standing
 from boltforge.core.cycle.reserve import _may_reserve
 from boltforge.core.cycle.state import PassState, _open_gpus
 from boltforge.core.cycle.wait import _cannot_start, _own_path
@@ -72,7 +72,7 @@ class _Tail:
         job = self.ordered[i]
         if job.gpus <= _open_gpus(p) or _own_path(self.policy, job):
             return False  # this one may start, so the rest are not ruled out
-        if self.policy.strict_order and not job.gang.shared:  # it waits, and all behind it
+        if self.policy.order.strict and not job.gang.shared:  # it waits, and all behind it
             return _cannot_start(p, job.gpus, job.priority, False, True)
         if _may_reserve(p):
             return False
@@ -80,7 +80,7 @@ class _Tail:
         min_gpus, own_path = self._fit_suffixes()
         if own_path[k] or min_gpus[k] <= _open_gpus(p):
             return False
-        if not p.policy.preemption:
+        if p.policy.preemption is None:
             return True
         min_class, min_mark = self._rank_suffixes()
         return _bumps_none_of(p, int(min_class[k]), self._mark(int(min_mark[k])))
@@ -116,7 +116,8 @@ class _Tail:
                 own = _own_paths(jobs, self.policy)[::-1]
             else:
                 gpus = columns.gpus[::-1]
-                own = (columns.held | (self.policy.elastic & columns.elastic))[::-1]
+                elastic = self.policy.elastic is not None
+                own = (columns.held | (elastic & columns.elastic))[::-1]
             self._fits = (
                 np.minimum.accumulate(gpus)[::-1],
                 np.logical_or.accumulate(own)[::-1],
@@ -147,16 +148,16 @@ def _own_paths(jobs: list[Job], policy: Policy) -> np.ndarray:
     none has a hold and none is elastic or the policy uses no elasticity)."""
     n = len(jobs)
     no_holds = not any(map(_HELD, jobs))  # a ``Hold`` is always true
-    if no_holds and (not policy.elastic or list(map(_ELASTIC, jobs)).count(None) == n):
+    if no_holds and (policy.elastic is None or list(map(_ELASTIC, jobs)).count(None) == n):
         return np.zeros(n, dtype=np.bool_)
     return np.fromiter((_own_path(policy, j) for j in jobs), np.bool_, n)
 
 
 def _sublevels(columns: QueueColumns, policy: Policy, now: float) -> IntArray | None:
     """Each waiting job's level inside its class (``_finer``), read off its ``columns``."""
-    if policy.ordering == Ordering.LAS:
+    if policy.order.by == Ordering.LAS:
         return las_queues(columns, policy, now)
-    if policy.bump is None:
+    if _bump_rule(policy) is None:
         return None
     left = columns.work / np.maximum(columns.gpus, 1)
     return np.fromiter(map(tier, left.tolist()), np.int64, len(columns))

@@ -56,7 +56,7 @@ def _cannot_start(
     to give; and it takes no path of its own (``_own_path``)."""
     if own_path or gpus <= _open_gpus(p):
         return False
-    if p.policy.preemption and not _bumps_nobody(p, priority):
+    if p.policy.preemption is not None and not _bumps_nobody(p, priority):
         return False
     return not (may_reserve and _may_reserve(p))
 
@@ -64,4 +64,4 @@ def _cannot_start(
 def _own_path(policy: Policy, job: Job) -> bool:
     """Whether ``job`` is placed by a path of its own: a restart on GPUs held for it, or an
     elastic start at a smaller size."""
-    return job.held is not None or (policy.elastic and job.elastic is not None)
+    return job.held is not None or (policy.elastic is not None and job.elastic is not None)

@@ -42,7 +42,7 @@ window job for the run without the gang. When something is stranded: up to ``max
 more ``place_gang`` calls for the alternatives and up to one window run of ``depth`` calls for
 each distinct alternative (cut short once it can no longer win). Lookahead is only worth
 calling when ``upcoming`` is non-empty and the gang spans more than one host or the fleet is
-tight; the cycle calls it only for the first ``policy.lookahead`` jobs of its order.
+tight; the cycle calls it only for the first ``policy.placement.lookahead`` jobs of its order.
 """
 
 from __future__ import annotations
