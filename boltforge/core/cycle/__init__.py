@@ -18,7 +18,9 @@ phases, each a module of this package::
 ``restart.py`` restarts a job on the GPUs held for it after a host failure, before it meets
 the phases; ``tail.py`` ends a pass nobody reads the reasons of once no job left can start;
 ``snapshot.py`` is what a cycle sees. Each module's docstring states its contract: what it
-reads from the pass's state, what it may change, what it returns.
+reads from the pass's state, what it may change, what it returns. The names below are the
+package's interface; names with a leading underscore are the package's own, which its modules
+import from one another and nothing outside it uses.
 
 The same inputs always give the same decisions: nothing here reads a clock or draws a random
 number, and every tie is broken by job id. ``schedule_arrival`` is the incremental pass for one

@@ -108,6 +108,8 @@ def schedule_arrival(
 
 
 def _new_pass(snap: Snapshot, policy: Policy, holdings: dict[str, dict[str, int]]) -> PassState:
+    """The state a pass over ``snap`` under ``policy`` starts from (``holdings``: the GPUs the
+    queues hold, a copy the pass may change)."""
     running = {r.job.id: r for r in snap.running}
     p = PassState(policy, snap.now, snap.state.copy(), running, snap.quota, holdings)
     p.recent = list(snap.recent_preemptions)
@@ -126,6 +128,10 @@ def _consider(
     may_reserve: bool = True,
     upcoming: tuple[Gang, ...] = (),
 ) -> None:
+    """Take ``job``, at ``position`` in the order, through the pass: under strict order behind
+    a blocked head it waits; with GPUs held for its restart it is restarted on them first
+    (``restart.py``); else it meets the phases (``_consider_one``). ``may_reserve``: False in
+    an arrival's pass; ``upcoming``: the gangs lookahead checks its placement against."""
     if p.head_blocked is not None:
         detail = (f"strict order: waits behind {p.head_blocked}",)
         p.waiting.append(Waiting(job.id, position, WaitReason.BEHIND, detail))

@@ -15,9 +15,6 @@ cycle. Its fields fall into four groups:
 
 ``_open_gpus`` is the one cache read here: free GPUs on hosts taking work, counted again after
 ``_bind``, ``_evict`` or a restart hold cleared it.
-
-Names with a leading underscore in ``boltforge/core/cycle/`` are the package's own: its modules
-import them from one another, nothing outside the package does.
 """
 
 from __future__ import annotations
