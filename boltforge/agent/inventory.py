@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from boltforge.core.sharing import mig
-from boltforge.spec.errors import _MISSING, Problem, SpecError, from_validation
+from boltforge.spec.errors import _MISSING, SpecError, SpecProblem, from_validation
 from boltforge.spec.loader import read_yaml
 from boltforge.wire.agent import NAME, Inventory
 
@@ -31,7 +31,7 @@ def load_declared(path: str | Path, name: str | None = None) -> Inventory:
         data = {}
     if not isinstance(data, dict):
         message = f"must be a mapping of inventory fields. To fix: start from {EXAMPLE}"
-        raise SpecError(source, [Problem("inventory", type(data).__name__, message)])
+        raise SpecError(source, [SpecProblem("inventory", type(data).__name__, message)])
     data = {k: v for k, v in data.items() if k != "source"}
     if name is not None:
         data["name"] = name
@@ -45,7 +45,7 @@ def _with_fixes(error: SpecError) -> SpecError:
     problems = [
         p
         if "To fix" in p.message
-        else Problem(p.field, p.value, f"{p.message}. To fix: correct {p.field}")
+        else SpecProblem(p.field, p.value, f"{p.message}. To fix: correct {p.field}")
         for p in error.problems
     ]
     return SpecError(error.source, problems)
@@ -141,8 +141,8 @@ def detect(path: str | Path | None, name: str | None = None, nvml: Any = None) -
     return inventory
 
 
-def _no_nvml(cause: object) -> Problem:
-    return Problem(
+def _no_nvml(cause: object) -> SpecProblem:
+    return SpecProblem(
         "--inventory", _MISSING, f"is needed: NVML is unavailable ({cause}). {NO_NVML_FIX}"
     )
 

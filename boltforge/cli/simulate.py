@@ -21,7 +21,6 @@ from rich.table import Table
 
 from boltforge import gctune
 from boltforge.cli.common import EXIT_BAD_INPUT, console, errors, print_json, spec_errors
-from boltforge.core.cycle import reservation_depth
 from boltforge.core.policy import POLICIES, named
 from boltforge.sim.costs import COST_COLUMNS, cost_rows
 from boltforge.sim.engine import SimConfig, simulate
@@ -393,7 +392,7 @@ def _heavy(run: SimulationRun) -> tuple[bool, bool, bool]:
     preempting policy searches for victims, one that reserves searches for each reserved
     job's earliest start, and strict order stops at the first job that cannot start."""
     policy = run.config.policy
-    return (not policy.preemption, reservation_depth(policy) == 0, policy.strict_order)
+    return (policy.preemption is None, policy.backfill.depth == 0, policy.order.strict)
 
 
 def _update(

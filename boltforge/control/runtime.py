@@ -116,7 +116,7 @@ class Runtime:
         self.mirror.watch(self.db.sessions)
         self.scheduler = Scheduler(
             self.db,
-            named(config.policy).with_(preempt_rules=config.preempt),
+            named(config.policy).with_preempt_rules(config.preempt),
             self.notifier,
             Settings(config.checkpoint_root),
             config.terms,

@@ -9,14 +9,15 @@ when finishing sooner outweighs the cost of the resize.
 Rules, in the order they are applied:
 
 * Growing never takes capacity a waiting job could use: when any job is still waiting in this
-  pass (``pending_ahead > 0``) nothing grows, and a policy with ``elastic`` off never grows.
+  pass (``pending_ahead > 0``) nothing grows, and a policy without an ``elastic`` part never
+  grows.
 * A candidate has a known expected end, holds resources in the state, is below its maximum and
-  was not resized within ``policy.resize_window_s`` (nor shrunk earlier in this pass), so no job
-  is resized twice inside the window: no thrashing.
+  was not resized within the policy's ``elastic.resize_window_s`` (nor shrunk earlier in this
+  pass), so no job is resized twice inside the window: no thrashing.
 * New replicas go inside the racks the job already uses, else its pods, else anywhere its
   topology rule allows; each is a whole replica (tensor-parallel groups are never split).
 * Growing from ``cur`` to ``new`` replicas cuts the remaining time ``R`` to ``R * cur / new``;
-  it happens only when the time saved exceeds ``policy.resize_cost_s``.
+  it happens only when the time saved exceeds ``elastic.resize_cost_s``.
 
 Like the rest of the core this is pure: the input state is never changed, and the same inputs
 give the same resizes (candidates in a fixed order, ties broken by job id).
@@ -38,7 +39,7 @@ from boltforge.core.model.workload import Running
 from boltforge.core.placement.answers import Placement
 from boltforge.core.placement.hostfit import eligible_hosts, host_fit
 from boltforge.core.placement.place import domain_column, place_gang
-from boltforge.core.policy import Policy
+from boltforge.core.policy import Elastic, Policy
 
 __all__ = ["GROW_SUFFIX", "grow", "growth_id"]
 
@@ -92,13 +93,14 @@ def grow(
     job's new replica count, the added replicas (numbered after the job's highest replica) and
     a note with the arithmetic.
     """
-    if pending_ahead > 0 or not policy.elastic:
+    elastic = policy.elastic
+    if pending_ahead > 0 or elastic is None:
         return []
     work = state.copy()
-    found = (_candidate(work, r, policy, now) for r in running)
+    found = (_candidate(work, r, elastic, now) for r in running)
     resizes: list[Resize] = []
     for cand in sorted((c for c in found if c is not None), key=_Candidate.key):
-        resize = _grow_one(work, cand, policy, now)
+        resize = _grow_one(work, cand, elastic, now)
         if resize is None:
             continue
         end = now + _remaining(cand, now) * cand.current / resize.replicas
@@ -108,7 +110,7 @@ def grow(
     return resizes
 
 
-def _candidate(state: FleetState, run: Running, policy: Policy, now: float) -> _Candidate | None:
+def _candidate(state: FleetState, run: Running, elastic: Elastic, now: float) -> _Candidate | None:
     """``run`` as a growth candidate, or None when it may not grow now (see the module rules)."""
     job = run.job
     end = run.expected_end()
@@ -116,7 +118,7 @@ def _candidate(state: FleetState, run: Running, policy: Policy, now: float) -> _
         return None
     if job.gang.topology.required == Level.ISLAND:
         return None  # new replicas could not be promised the job's own NVLink island
-    if run.last_resized is not None and now - run.last_resized < policy.resize_window_s:
+    if run.last_resized is not None and now - run.last_resized < elastic.resize_window_s:
         return None
     allocation = state.allocations.get(job.id)
     if allocation is None or len(allocation.grants) < len(run.allocation.grants):
@@ -130,7 +132,7 @@ def _candidate(state: FleetState, run: Running, policy: Policy, now: float) -> _
     return _Candidate(run, role, held, current, job.elastic[1], end)
 
 
-def _grow_one(state: FleetState, cand: _Candidate, policy: Policy, now: float) -> Resize | None:
+def _grow_one(state: FleetState, cand: _Candidate, elastic: Elastic, now: float) -> Resize | None:
     """The largest worthwhile growth of ``cand`` that fits, in its tightest scope, or None.
 
     Sizes go down from the maximum; the time saved shrinks with the size, so the first size
@@ -140,7 +142,7 @@ def _grow_one(state: FleetState, cand: _Candidate, policy: Policy, now: float) -
     room = {scope: _room(state, cand, mask) for scope, mask in masks.items()}
     top = min(cand.maximum - cand.current, max(room.values(), default=0))
     for extra in range(top, 0, -1):
-        if _gain(cand, cand.current + extra, now) <= policy.resize_cost_s:
+        if _gain(cand, cand.current + extra, now) <= elastic.resize_cost_s:
             return None
         gang = _growth_gang(cand, extra)
         for scope, mask in masks.items():
@@ -148,7 +150,7 @@ def _grow_one(state: FleetState, cand: _Candidate, policy: Policy, now: float) -
                 continue
             placement = _place_within(state, gang, mask)
             if placement is not None:
-                return _resize(cand, placement, policy, now)
+                return _resize(cand, placement, elastic, now)
     return None
 
 
@@ -187,14 +189,14 @@ def _place_within(state: FleetState, gang: Gang, mask: BoolArray) -> Placement |
     return placement
 
 
-def _resize(cand: _Candidate, placement: Placement, policy: Policy, now: float) -> Resize:
+def _resize(cand: _Candidate, placement: Placement, elastic: Elastic, now: float) -> Resize:
     """The decision for a growth found at ``placement``, its replicas numbered after the job's."""
     added = _renumber(placement, 1 + max(g.replica for g in cand.held if g.role == cand.role.name))
     new = cand.current + len(added.grants)
     plan = added.main
     note = (
         f"grow {cand.current}->{new} replicas: finishes {_duration(_gain(cand, new, now))} "
-        f"sooner, resize costs {_duration(policy.resize_cost_s)}; adds {len(added.grants)} "
+        f"sooner, resize costs {_duration(elastic.resize_cost_s)}; adds {len(added.grants)} "
         f"replica(s) inside {plan.level.label} {plan.domain}"
     )
     return Resize(cand.id, new, added, note)

@@ -190,7 +190,7 @@ class Simulation:
         # ranks by size, what jobs like each one typically took
         self.estimating = not config.time_limits and config.learned_runtimes
         self.learning = self.estimating or (
-            config.learned_runtimes and config.policy.size is not None
+            config.learned_runtimes and config.policy.order.size is not None
         )
         self.ideal: dict[object, Placement | None] = {}
         self.events: list[tuple[float, int, int, str]] = []
@@ -346,7 +346,7 @@ class Simulation:
     def _arrivals(self, arrived: list[str]) -> None:
         """Incremental passes for new jobs. Under strict order nothing can start while older
         jobs wait (nothing was freed), and simultaneous arrivals get one full pass in order."""
-        if self.policy.strict_order:
+        if self.policy.order.strict:
             if len(self.pending) == len(arrived):
                 self._full_pass()
             return
@@ -396,7 +396,7 @@ class Simulation:
     ) -> Snapshot:
         """What a pass sees now; ``columns``: those of ``pending``, which is then in arrival
         order."""
-        window = self.policy.preempt_rules.churn_window_s
+        window = self.policy.churn_window_s
         self.recent = [(t, g) for t, g in self.recent if self.now - t < window]
         running = tuple(live.run for live in self.live.values())
         return Snapshot(
@@ -429,7 +429,7 @@ class Simulation:
     def _may_grow(self) -> bool:
         """Whether a full pass could grow a running job: the policy resizes and an elastic job
         runs below its maximum. Capacity freed with nobody waiting gets a full pass then."""
-        if not self.policy.elastic:
+        if self.policy.elastic is None:
             return False
         return any(_below_maximum(live.run) for live in self.live.values())
 
@@ -618,7 +618,7 @@ class Simulation:
         for name, dollars in grant_dollars(self.tree, grants, start, self.now).items():
             record.dollars += dollars
             by_pool[name] = by_pool.get(name, 0.0) + dollars
-        if self.policy.ordering == Ordering.FAIR:
+        if self.policy.order.by == Ordering.FAIR:
             self.ended.append(self._holding(live, self.now))
 
     def _drop(self) -> None:
@@ -698,12 +698,12 @@ class Simulation:
         """Under fair order, at most every ``usage_refresh_s``: carry usage forward to now
         exactly (``core.usage.carry``, the computation the server shares) with the segments
         that ended since the last refresh and the open ones, which count up to now."""
-        if self.policy.ordering != Ordering.FAIR:
+        if self.policy.order.by != Ordering.FAIR:
             return
         if self.now - self.usage.as_of < self.config.usage_refresh_s:
             return
         held = self.ended + [self._holding(live, None) for live in self.live.values()]
-        self.usage = carry(self.usage, self.now, self.policy.half_life_s, held)
+        self.usage = carry(self.usage, self.now, self.policy.order.half_life_s, held)
         self.ended = []
 
     @staticmethod

@@ -35,7 +35,7 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from boltforge.core.serving.autoscale import Autoscale
-from boltforge.spec.errors import _MISSING, Problem, SpecError, from_validation
+from boltforge.spec.errors import _MISSING, SpecError, SpecProblem, from_validation
 from boltforge.spec.loader import read_text, read_yaml
 
 HEADER = ("time_s", "service", "requests_per_s")
@@ -83,7 +83,7 @@ class RequestTrace:
 
 def _problem(source: str, line: int, column: str | None, value: object, text: str) -> SpecError:
     where = f"line {line}" + (f", column {column}" if column else "")
-    return SpecError(source, [Problem(where, value, text)])
+    return SpecError(source, [SpecProblem(where, value, text)])
 
 
 def read_requests(path: str | Path) -> RequestTrace:
@@ -334,7 +334,7 @@ def parse_services(data: object, source: str = "services") -> ServicesSpec:
         raise SpecError(
             source,
             [
-                Problem(
+                SpecProblem(
                     "services file",
                     type(data).__name__,
                     "must be a mapping with a `services:` list. To fix: see "
@@ -368,7 +368,7 @@ def check_match(requests: RequestTrace, services: ServicesSpec, source: str) -> 
     same services."""
     declared = [s.name for s in services.services]
     problems = [
-        Problem(
+        SpecProblem(
             f"service {n}",
             _MISSING,
             "has request rows but is not in the services file. To fix: add it there",
@@ -377,7 +377,7 @@ def check_match(requests: RequestTrace, services: ServicesSpec, source: str) -> 
         if n not in declared
     ]
     problems += [
-        Problem(
+        SpecProblem(
             f"service {n}",
             _MISSING,
             "is in the services file but has no request rows. To fix: add its rows or "

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 
 @dataclass(frozen=True, slots=True)
-class Problem:
+class SpecProblem:
     """One thing wrong with a spec: where (``field``), what was given, and how to fix it."""
 
     field: str
@@ -24,7 +24,7 @@ class Problem:
 class SpecError(Exception):
     """A spec file could not be used; ``problems`` lists every reason, each with its fix."""
 
-    def __init__(self, source: str, problems: list[Problem]) -> None:
+    def __init__(self, source: str, problems: list[SpecProblem]) -> None:
         self.source = source
         self.problems = problems
         super().__init__(self.render())
@@ -81,7 +81,7 @@ def _path(prefix: str, loc: tuple[int | str, ...]) -> str:
 
 
 def from_validation(source: str, prefix: str, error: ValidationError) -> SpecError:
-    """Turn pydantic's errors into ``Problem``s with field paths like ``job.roles[0].gpus``."""
+    """Turn pydantic's errors into ``SpecProblem``s with field paths like ``job.roles[0].gpus``."""
     problems = []
     for e in error.errors(include_url=False):
         loc = tuple(p for p in e["loc"] if not str(p).startswith("function-"))
@@ -104,5 +104,5 @@ def from_validation(source: str, prefix: str, error: ValidationError) -> SpecErr
         value = _MISSING if kind == "missing" else e.get("input", _MISSING)
         if isinstance(value, dict | list):
             value = _MISSING
-        problems.append(Problem(_path(prefix, loc), value, message))
+        problems.append(SpecProblem(_path(prefix, loc), value, message))
     return SpecError(source, problems)

@@ -16,7 +16,7 @@ from pydantic import (
 from boltforge.core.model.levels import DEFAULT_WEIGHTS, CrossingWeights
 from boltforge.core.model.topology import HostLayout, Pool, Tier, TopologyTree
 from boltforge.core.sharing import mig
-from boltforge.spec.errors import Problem, SpecError, from_validation
+from boltforge.spec.errors import SpecError, SpecProblem, from_validation
 from boltforge.spec.loader import read_yaml
 from boltforge.spec.strict import Strict
 from boltforge.spec.units import seconds
@@ -248,7 +248,7 @@ class FleetSpec(Strict):
 def parse_fleet(data: object, source: str = "fleet") -> FleetSpec:
     """Validate already-loaded YAML data as a fleet spec, or raise ``SpecError``."""
     if not isinstance(data, dict):
-        raise SpecError(source, [Problem("fleet", type(data).__name__, "must be a mapping")])
+        raise SpecError(source, [SpecProblem("fleet", type(data).__name__, "must be a mapping")])
     try:
         return FleetSpec.model_validate(data)
     except ValidationError as e:

@@ -27,7 +27,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from boltforge.spec.errors import _MISSING, Problem
+from boltforge.spec.errors import _MISSING, SpecProblem
 from boltforge.spec.job import JobSpec
 
 DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
@@ -47,24 +47,24 @@ class ImagePolicy(BaseModel):
         """Whether the policy checks anything."""
         return self.require or bool(self.registries) or self.digest
 
-    def problems(self, spec: JobSpec) -> list[Problem]:
+    def problems(self, spec: JobSpec) -> list[SpecProblem]:
         """Each way ``spec`` breaks the policy, naming the field (``job.image``,
         ``job.roles[1].image``), the rule and the fix; empty when it complies."""
-        out: list[Problem] = []
+        out: list[SpecProblem] = []
         for where, image in _images(spec):
             if image is None:
                 if self.require:
-                    out.append(Problem(where, _MISSING, _REQUIRED))
+                    out.append(SpecProblem(where, _MISSING, _REQUIRED))
                 continue
             out += self._image_problems(where, image)
         return out
 
-    def _image_problems(self, where: str, image: str) -> list[Problem]:
+    def _image_problems(self, where: str, image: str) -> list[SpecProblem]:
         out = []
         if self.registries and not any(image.startswith(r) for r in self.registries):
             allowed = ", ".join(self.registries)
             out.append(
-                Problem(
+                SpecProblem(
                     where,
                     image,
                     f"is not from an allowed registry (this server accepts {allowed}). "
@@ -73,7 +73,7 @@ class ImagePolicy(BaseModel):
             )
         if self.digest and not DIGEST.search(image):
             out.append(
-                Problem(
+                SpecProblem(
                     where,
                     image,
                     "must be pinned by digest under this server's policy. To fix: name it as "

@@ -33,7 +33,7 @@ from boltforge.spec.bounds import (
     MemoryGb,
     Text,
 )
-from boltforge.spec.errors import Problem, SpecError, from_validation
+from boltforge.spec.errors import SpecError, SpecProblem, from_validation
 from boltforge.spec.loader import read_yaml
 from boltforge.spec.strict import Strict
 
@@ -321,7 +321,7 @@ def parse_job(data: object, source: str = "job") -> JobSpec:
         raise SpecError(
             source,
             [
-                Problem(
+                SpecProblem(
                     "job",
                     type(data).__name__,
                     "must be a mapping of fields. To fix: write the job as `field: value` "
@@ -331,7 +331,7 @@ def parse_job(data: object, source: str = "job") -> JobSpec:
         )
     if data.get("kind") == "service":
         message = "this file is a service. To fix: run it with `bolt serve FILE`"
-        raise SpecError(source, [Problem("job.kind", "service", message)])
+        raise SpecError(source, [SpecProblem("job.kind", "service", message)])
     try:
         return JobSpec.model_validate(data)
     except ValidationError as e:

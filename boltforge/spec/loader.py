@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from yaml.nodes import Node
 
-from boltforge.spec.errors import _MISSING, Problem, SpecError
+from boltforge.spec.errors import _MISSING, SpecError, SpecProblem
 
 MAX_DEPTH = 32
 
@@ -67,9 +67,9 @@ def read_text(path: str | Path) -> str:
     try:
         return p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise SpecError(str(p), [Problem("file", _MISSING, "does not exist")]) from None
+        raise SpecError(str(p), [SpecProblem("file", _MISSING, "does not exist")]) from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
-        raise SpecError(str(p), [Problem("file", _MISSING, f"cannot be read: {e}")]) from None
+        raise SpecError(str(p), [SpecProblem("file", _MISSING, f"cannot be read: {e}")]) from None
 
 
 def parse_yaml(text: str, source: str) -> Any:
@@ -87,4 +87,4 @@ def parse_yaml(text: str, source: str) -> Any:
         problem = getattr(e, "problem", None) or str(e)
         if not isinstance(e, Refused):
             problem = f"{problem}. To fix: correct the syntax"
-        raise SpecError(source, [Problem(f"yaml ({where})", _MISSING, problem)]) from None
+        raise SpecError(source, [SpecProblem(f"yaml ({where})", _MISSING, problem)]) from None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from boltforge.core.model.gang import Capability, Gang, Role, TopologyRule
 from boltforge.core.model.topology import TopologyTree
-from boltforge.spec.errors import Problem, SpecError
+from boltforge.spec.errors import SpecError, SpecProblem
 from boltforge.spec.job import GpuNeed, JobSpec, Parallelism, RoleSpec
 
 
@@ -24,7 +24,7 @@ def match_types(tree: TopologyTree, names: list[str]) -> tuple[frozenset[str], l
 
 def to_gang(spec: JobSpec, tree: TopologyTree, source: str = "job") -> Gang:
     """Resolve ``spec`` against ``tree``; raise ``SpecError`` naming the field and the fix."""
-    problems: list[Problem] = []
+    problems: list[SpecProblem] = []
     roles = [_role(spec, r, tree, f"job.roles[{i}]", problems) for i, r in enumerate(spec.roles)]
     if not spec.roles:
         roles = [_single_role(spec, tree, problems)]
@@ -34,7 +34,7 @@ def to_gang(spec: JobSpec, tree: TopologyTree, source: str = "job") -> Gang:
         and not (spec.elastic.min <= roles[0].replicas <= spec.elastic.max)
     ):
         problems.append(
-            Problem(
+            SpecProblem(
                 "job.elastic",
                 f"{spec.elastic.min}-{spec.elastic.max}",
                 f"must include the {roles[0].replicas} replicas asked for. To fix: widen the range",
@@ -42,7 +42,7 @@ def to_gang(spec: JobSpec, tree: TopologyTree, source: str = "job") -> Gang:
         )
     names = [r.name for r in roles]
     if len(set(names)) != len(names):
-        problems.append(Problem("job.roles", names, "role names repeat. To fix: rename them"))
+        problems.append(SpecProblem("job.roles", names, "role names repeat. To fix: rename them"))
     if problems:
         raise SpecError(source, problems)
     rule = spec.topology.to_rule()
@@ -61,7 +61,7 @@ def _capability(
     min_memory: float,
     tree: TopologyTree,
     field: str,
-    problems: list[Problem],
+    problems: list[SpecProblem],
     extra_type: str | None = None,
 ) -> Capability:
     names = list(need.types or spec.gpu.types)
@@ -71,7 +71,7 @@ def _capability(
     if missing:
         fleet = ", ".join(sorted({p.gpu_type for p in tree.pools if p.gpus_per_host}))
         problems.append(
-            Problem(
+            SpecProblem(
                 field,
                 ", ".join(missing),
                 f"names no GPU model in fleet {tree.name}. To fix: use one of {fleet}",
@@ -82,7 +82,7 @@ def _capability(
 
 
 def _role(
-    spec: JobSpec, r: RoleSpec, tree: TopologyTree, field: str, problems: list[Problem]
+    spec: JobSpec, r: RoleSpec, tree: TopologyTree, field: str, problems: list[SpecProblem]
 ) -> Role:
     cap = _capability(spec, r.gpu, r.min_gpu_memory_gb, tree, f"{field}.gpu", problems)
     share = r.gpu.share() or spec.gpu.share()
@@ -101,7 +101,7 @@ def _role(
     )
 
 
-def _single_role(spec: JobSpec, tree: TopologyTree, problems: list[Problem]) -> Role:
+def _single_role(spec: JobSpec, tree: TopologyTree, problems: list[SpecProblem]) -> Role:
     share = spec.gpu.share()
     if share is not None:
         cap = _capability(spec, spec.gpu, 0, tree, "job.gpu", problems)
@@ -115,7 +115,7 @@ def _single_role(spec: JobSpec, tree: TopologyTree, problems: list[Problem]) -> 
         lower = next(d for d in range(per_node, 0, -1) if total % d == 0)
         upper = -(-total // per_node) * per_node
         problems.append(
-            Problem(
+            SpecProblem(
                 "job.gpus",
                 total,
                 f"does not split into replicas of {per_node} GPUs per node. To fix: set "
@@ -127,7 +127,7 @@ def _single_role(spec: JobSpec, tree: TopologyTree, problems: list[Problem]) -> 
     p: Parallelism = spec.parallelism
     if p.tensor > 1 and (total == 0 or min(per_node, total) % p.tensor):
         problems.append(
-            Problem(
+            SpecProblem(
                 "job.parallelism.tensor",
                 p.tensor,
                 f"must divide the {per_node} GPUs per node. To fix: lower it or raise per_node",

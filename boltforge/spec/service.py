@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from boltforge.core.serving.autoscale import Autoscale
 from boltforge.spec.bounds import MAX_DURATION_S, Duration
-from boltforge.spec.errors import _MISSING, Problem, SpecError, from_validation
+from boltforge.spec.errors import _MISSING, SpecError, SpecProblem, from_validation
 from boltforge.spec.job import JobSpec, parse_job
 from boltforge.spec.loader import read_yaml
 from boltforge.spec.strict import Strict
@@ -123,7 +123,7 @@ def parse_service(data: object, source: str = "service") -> ServiceSpec:
         raise SpecError(
             source,
             [
-                Problem(
+                SpecProblem(
                     "service.kind",
                     data.get("kind") if isinstance(data, dict) else type(data).__name__,
                     "must be `service`. To fix: add `kind: service` (a plain job goes to "
@@ -140,7 +140,7 @@ def parse_service(data: object, source: str = "service") -> ServiceSpec:
         raise SpecError(
             source,
             [
-                Problem(
+                SpecProblem(
                     f"service.{field}",
                     _MISSING,
                     "a service's replicas are one role, scaled by `replicas` and `autoscale`. "
@@ -165,7 +165,7 @@ def _one_replica(template: JobSpec, source: str) -> None:
         raise SpecError(
             source,
             [
-                Problem(
+                SpecProblem(
                     "service.gpus",
                     total,
                     "a replica runs on one host. To fix: ask for the GPUs of one replica "

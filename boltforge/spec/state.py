@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from boltforge.core.model.state import Allocation, Conflict, FleetState, Grant
 from boltforge.core.model.topology import TopologyTree
 from boltforge.spec.bounds import Duration
-from boltforge.spec.errors import Problem, SpecError, from_validation
+from boltforge.spec.errors import SpecError, SpecProblem, from_validation
 from boltforge.spec.loader import read_yaml
 
 
@@ -36,7 +36,7 @@ class StateSpec(BaseModel):
 def build_state(spec: StateSpec, tree: TopologyTree, source: str, now: float = 0.0) -> FleetState:
     """Apply ``spec`` to an empty state of ``tree``; unknown hosts or clashes are ``SpecError``s."""
     state = FleetState(tree)
-    problems: list[Problem] = []
+    problems: list[SpecProblem] = []
     for i, job in enumerate(spec.running):
         grants: list[Grant] = []
         for host, gpus in job.nodes.items():
@@ -44,7 +44,7 @@ def build_state(spec: StateSpec, tree: TopologyTree, source: str, now: float = 0
             field = f"state.running[{i}].nodes.{host}"
             if h is None:
                 problems.append(
-                    Problem(
+                    SpecProblem(
                         field,
                         host,
                         "is not a host of this fleet. To fix: use a name from `bolt fleet show`",
@@ -53,7 +53,9 @@ def build_state(spec: StateSpec, tree: TopologyTree, source: str, now: float = 0
                 continue
             bad = [g for g in gpus if not 0 <= g < int(tree.host_gpus[h])]
             if bad:
-                problems.append(Problem(field, bad, f"GPU indices run 0-{tree.host_gpus[h] - 1}"))
+                problems.append(
+                    SpecProblem(field, bad, f"GPU indices run 0-{tree.host_gpus[h] - 1}")
+                )
                 continue
             grants.append(
                 Grant(
@@ -70,14 +72,14 @@ def build_state(spec: StateSpec, tree: TopologyTree, source: str, now: float = 0
             state.allocate(Allocation(job.job, tuple(grants), end, job.priority))
         except Conflict as e:
             problems.append(
-                Problem(
+                SpecProblem(
                     f"state.running[{i}]", job.job, f"{e}. To fix: give each GPU to one job only"
                 )
             )
     for host in spec.cordoned:
         h = tree.host_index.get(host)
         if h is None:
-            problems.append(Problem("state.cordoned", host, "is not a host of this fleet"))
+            problems.append(SpecProblem("state.cordoned", host, "is not a host of this fleet"))
         else:
             state.cordoned[h] = True
     if problems:

@@ -21,7 +21,7 @@ from boltforge.control.views import billing as cost
 from boltforge.core.billing.meter import Stretch, dollars_per_hour, meter_stretch, pool_dollars
 from boltforge.core.model.topology import Tier, TopologyTree
 from boltforge.core.model.workload import Usage
-from boltforge.core.policy import Policy, named
+from boltforge.core.policy import SHORTEST_FIRST, Policy, named
 from boltforge.core.preempt.victims import PreemptRules
 from boltforge.core.queueing.usage import Holding, carry, decayed_gpu_s, usage_of
 from boltforge.sim.engine import SimConfig, Simulation
@@ -104,7 +104,7 @@ def fair() -> Recorder:
     """Fair order, usage refreshed at every full pass, spot hosts reclaimed without time to
     checkpoint, host failures: runs start, stop, resume and finish in both pools."""
     return replay(
-        named("default").with_(half_life_s=HALF_LIFE),
+        named("default").with_(order=SHORTEST_FIRST.with_(half_life_s=HALF_LIFE)),
         seed=3,
         usage_refresh_s=0.0,
         failures_per_1000_gpu_day=300.0,
@@ -234,7 +234,7 @@ def test_dollars_agree_when_the_scheduler_preempts(store: Database) -> None:
         TraceJob("long", 0.0, 12 * HOUR, 32, "ops"),
         TraceJob("short", 2 * HOUR, HOUR, 8, "lab/nlp"),
     ]
-    las = named("tiresias").with_(preempt_rules=PreemptRules(churn_fraction=1.0))
+    las = named("tiresias").with_preempt_rules(PreemptRules(churn_fraction=1.0))
     sim = Recorder(FLEET, trace, SimConfig(las, failures_per_1000_gpu_day=0.0))
     sim.run()
     assert sim.records["long"].preemptions >= 1

@@ -175,7 +175,7 @@ class Bench:
         rules = preempt or PreemptRules(min_runtime_s=0.0, churn_fraction=1.0)
         self.sched = Scheduler(
             self.db,
-            named(policy).with_(preempt_rules=rules),
+            named(policy).with_preempt_rules(rules),
             self.notifier,
             Settings(str(directory / "checkpoints")),
             self.terms,

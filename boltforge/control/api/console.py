@@ -127,7 +127,7 @@ def console_teams(who: People, rt: Rt) -> TeamsOut:
             rt.config.budgets,
             lent,
             gpus,
-            rt.scheduler.policy.half_life_s,
+            rt.scheduler.policy.order.half_life_s,
             now,
         )
     return TeamsOut(teams=teams)

@@ -18,7 +18,7 @@ from boltforge.control.jobs.submit import check_fit
 from boltforge.control.runtime import Runtime
 from boltforge.control.services.state import replicas_of, summary
 from boltforge.control.store.models import ServiceRow
-from boltforge.spec.errors import _MISSING, Problem, SpecError
+from boltforge.spec.errors import _MISSING, SpecError, SpecProblem
 from boltforge.spec.loader import parse_yaml
 from boltforge.spec.service import ServiceSpec, parse_service
 from boltforge.wire.services import (
@@ -53,7 +53,7 @@ def _parse(req: ServiceRequest) -> tuple[dict[str, Any], ServiceSpec]:
     source = req.source or "service"
     if (req.spec is None) == (req.yaml is None):
         message = "send the spec once, as `spec` (JSON) or as `yaml` (text)"
-        raise SpecError(source, [Problem("spec", _MISSING, message)])
+        raise SpecError(source, [SpecProblem("spec", _MISSING, message)])
     data = req.spec if req.spec is not None else parse_yaml(req.yaml or "", source)
     spec = parse_service(data, source)  # refuses anything but a mapping
     return dict(data), spec

@@ -20,7 +20,7 @@ from boltforge.core.model.gang import Gang
 from boltforge.core.placement.answers import Outcome
 from boltforge.core.placement.modes import could_ever_fit, fits_empty
 from boltforge.ranges import ranges
-from boltforge.spec.errors import _MISSING, Problem, SpecError
+from boltforge.spec.errors import _MISSING, SpecError, SpecProblem
 from boltforge.spec.job import PRIORITY_CLASSES, JobSpec, parse_job
 from boltforge.spec.loader import parse_yaml
 from boltforge.spec.resolve import to_gang
@@ -150,10 +150,10 @@ def check_fit(spec: JobSpec, fleet: Fleet | None, source: str = "job") -> Gang |
     decision = could_ever_fit(fleet.tree, gang)
     assert decision.outcome == Outcome.NEVER
     problems = [
-        Problem("job", _MISSING, f"can never run on this fleet: {r}") for r in decision.reasons
+        SpecProblem("job", _MISSING, f"can never run on this fleet: {r}") for r in decision.reasons
     ]
-    problems += [Problem("job", _MISSING, f"To fix: {f}") for f in decision.fixes]
-    raise SpecError(source, problems or [Problem("job", _MISSING, "can never run here")])
+    problems += [SpecProblem("job", _MISSING, f"To fix: {f}") for f in decision.fixes]
+    raise SpecError(source, problems or [SpecProblem("job", _MISSING, "can never run here")])
 
 
 def job_rows(
@@ -242,4 +242,4 @@ def priority_class(word: str) -> int:
 
 
 def _error(source: str, field: str, message: str, value: object = _MISSING) -> SpecError:
-    return SpecError(source, [Problem(field, value, message)])
+    return SpecError(source, [SpecProblem(field, value, message)])

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from boltforge.core.model.topology import HostLayout, Pool, Tier, TopologyTree
-from boltforge.spec.errors import Problem, SpecError
+from boltforge.spec.errors import SpecError, SpecProblem
 from boltforge.spec.fleet import check_mig
 from boltforge.wire.agent import Inventory
 
@@ -68,13 +68,15 @@ def to_pool(inv: Inventory) -> Pool:
 def check_inventory(inv: Inventory, pool_peer: Inventory | None) -> None:
     """Raise ``SpecError`` when an inventory contradicts itself or the other nodes of its pool
     (a pool is identical hardware)."""
-    problems: list[Problem] = []
+    problems: list[SpecProblem] = []
     if inv.gpus and inv.gpu in ("", "none"):
-        problems.append(Problem("inventory.gpu", inv.gpu, "names no GPU model. To fix: e.g. H100"))
+        problems.append(
+            SpecProblem("inventory.gpu", inv.gpu, "names no GPU model. To fix: e.g. H100")
+        )
     island = inv.nvlink_island or inv.gpus
     if inv.gpus and inv.gpus % island:
         problems.append(
-            Problem(
+            SpecProblem(
                 "inventory.nvlink_island",
                 inv.nvlink_island,
                 f"must divide the node's {inv.gpus} GPUs. To fix: use a divisor of {inv.gpus}",
@@ -83,13 +85,13 @@ def check_inventory(inv: Inventory, pool_peer: Inventory | None) -> None:
     try:
         check_mig(inv.pool, inv.gpu, inv.gpu_memory_gb, inv.mig, inv.mig_layout)
     except ValueError as e:
-        problems.append(Problem("inventory.mig", inv.mig_layout or inv.mig, str(e)))
+        problems.append(SpecProblem("inventory.mig", inv.mig_layout or inv.mig, str(e)))
     if pool_peer is not None and pool_peer.name != inv.name:
         for field in HARDWARE:
             mine, theirs = getattr(inv, field), getattr(pool_peer, field)
             if mine != theirs:
                 problems.append(
-                    Problem(
+                    SpecProblem(
                         f"inventory.{field}",
                         mine,
                         f"differs from node {pool_peer.name} of pool {inv.pool} ({theirs}). "

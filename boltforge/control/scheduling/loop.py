@@ -73,7 +73,7 @@ from boltforge.control.store.db import Database
 from boltforge.control.store.mirror import Mirror
 from boltforge.control.store.models import JobRow
 from boltforge.control.store.outage import fault_of
-from boltforge.core.cycle import Snapshot, reservation_depth, run_cycle, schedule_arrival
+from boltforge.core.cycle import Snapshot, run_cycle, schedule_arrival
 from boltforge.core.decisions import CycleResult, Reserve, Waiting, WaitReason
 from boltforge.core.health import HealthRules
 from boltforge.core.model.state import Allocation
@@ -518,7 +518,7 @@ class Scheduler:
             touched |= self._persist(s, world, CycleResult(waiting=tuple(waits)))
         if self._world is not None:
             self._world_version = self.mirror.version  # its own binds are in it already
-        if blocked and not self.reservations and reservation_depth(self.policy) > 0:
+        if blocked and not self.reservations and self.policy.backfill.depth > 0:
             self.wake()  # a full pass reserves a start for it before later arrivals backfill
         return touched
 
@@ -590,12 +590,12 @@ class Scheduler:
         """Fair-share usage, read afresh for full passes and at most every few seconds for
         incremental ones (it changes slowly)."""
         if now - self._usage_at >= USAGE_REFRESH_S:
-            self._usage_cache = usage(s, now, self.policy.half_life_s)
+            self._usage_cache = usage(s, now, self.policy.order.half_life_s)
             self._usage_at = now
         return self._usage_cache
 
     def _recent(self, now: float) -> tuple[tuple[float, int], ...]:
-        window = self.policy.preempt_rules.churn_window_s
+        window = self.policy.churn_window_s
         self.recent = [(t, g) for t, g in self.recent if now - t < window]
         return tuple(self.recent)
 

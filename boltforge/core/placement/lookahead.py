@@ -22,8 +22,6 @@ skipped and the next is offered (as the cycle does with backfill). The engine's 
   alternative must place strictly more window jobs than the engine's choice to replace it.
   Whatever it returns is valid on ``state`` (only free, uncordoned capacity, every topology
   rule of the gang kept); ``state`` is never changed; the same inputs give the same answer.
-- ``strands`` names the window jobs that a given placement leaves out compared with the
-  lookahead's choice, for explanations ("the cheaper rack would have left no room for ...").
 
 Alternatives are the engine's own placement of the gang on a scratch copy with some hosts
 fenced off (cordoned), tried in this order until the budget is spent:
@@ -44,7 +42,7 @@ window job for the run without the gang. When something is stranded: up to ``max
 more ``place_gang`` calls for the alternatives and up to one window run of ``depth`` calls for
 each distinct alternative (cut short once it can no longer win). Lookahead is only worth
 calling when ``upcoming`` is non-empty and the gang spans more than one host or the fleet is
-tight; the cycle calls it only for the first ``policy.lookahead`` jobs of its order.
+tight; the cycle calls it only for the first ``policy.placement.lookahead`` jobs of its order.
 """
 
 from __future__ import annotations
@@ -67,7 +65,7 @@ DEFAULT_ALTERNATIVES = 6
 # Allocation names for scratch placements; no real job id starts with a NUL character.
 _SCRATCH = "\x00lookahead"
 
-__all__ = ["DEFAULT_ALTERNATIVES", "place_with_lookahead", "strands"]
+__all__ = ["DEFAULT_ALTERNATIVES", "place_with_lookahead"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,32 +97,6 @@ def place_with_lookahead(
     if own is None or not window:
         return own
     return _choose(state, gang, own, window, max_alternatives)[0]
-
-
-def strands(
-    state: FleetState,
-    gang: Gang,
-    placement: Placement,
-    upcoming: Sequence[Gang],
-    depth: int,
-    *,
-    max_alternatives: int = DEFAULT_ALTERNATIVES,
-) -> list[str]:
-    """Names of the jobs of ``upcoming[:depth]`` (in order) that are placed after the
-    lookahead's choice for ``gang`` (``place_with_lookahead``'s answer) but not after
-    ``placement``; empty when ``placement`` is that choice. ``placement`` must be valid on
-    ``state``. Costs one ``place_with_lookahead`` call and one window run more.
-    """
-    window = tuple(upcoming[: max(depth, 0)])
-    own = place_gang(state, gang)[0]
-    if own is None or not window:
-        return []
-    best, best_run = _choose(state, gang, own, window, max_alternatives)
-    if best.grants == placement.grants:
-        return []
-    mine = _run(state, placement, window)
-    assert mine is not None
-    return [window[i].name for i in sorted(best_run.placed) if i not in mine.placed]
 
 
 def _choose(

@@ -1,6 +1,6 @@
 """A waiting queue's numbers, one array per number, in step with its jobs.
 
-The orders (``ordering``, ``fairshare``) and the pass's tail (``cycle._Tail``) read a few
+The orders (``ordering``, ``fairshare``) and the pass's tail (``cycle/tail.py``) read a few
 numbers of every waiting job each pass. ``QueueColumns.of`` reads them off the jobs; a caller
 that keeps its queue from pass to pass (the simulator's ``PendingJobs``) keeps the columns
 too, writing a job's column (``row``) as it comes and moving the rest as it goes, so a pass

@@ -30,13 +30,13 @@ def order_jobs(
     and the other rules sort it stably by what they rank before arrival alone; the order is
     the same as from any other order of ``jobs``.
     """
-    if policy.ordering == Ordering.FIFO:
+    if policy.order.by == Ordering.FIFO:
         return list(jobs) if arrived else sorted(jobs, key=_ARRIVAL)
-    if policy.ordering == Ordering.LAS:
+    if policy.order.by == Ordering.LAS:
         if arrived:
             return sorted(jobs, key=lambda j: las_queue(j, policy, now))
         return sorted(jobs, key=lambda j: (las_queue(j, policy, now), j.submit_time, j.id))
-    if policy.ordering == Ordering.FAIR and fair is not None:
+    if policy.order.by == Ordering.FAIR and fair is not None:
         return fair(jobs)
     return sorted(jobs, key=_CLASS if arrived else _CLASS_ARRIVAL)
 
@@ -46,11 +46,11 @@ def order_positions(
 ) -> IntArray:
     """``order_jobs`` for a queue in arrival order, read off its ``columns``: the position
     of each job in the order, first to last (``fair`` as there, on the columns)."""
-    if policy.ordering == Ordering.FIFO:
+    if policy.order.by == Ordering.FIFO:
         return np.arange(len(columns))
-    if policy.ordering == Ordering.LAS:
+    if policy.order.by == Ordering.LAS:
         return np.argsort(las_queues(columns, policy, now), kind="stable")
-    if policy.ordering == Ordering.FAIR and fair is not None:
+    if policy.order.by == Ordering.FAIR and fair is not None:
         return fair(columns)
     return np.argsort(columns.priority, kind="stable")
 
@@ -67,14 +67,14 @@ def las_queue(job: Job, policy: Policy, now: float, started: float | None = None
     attained = job.attained_gpu_seconds
     if started is not None:
         attained += job.gpus * max(now - started, 0.0)
-    elif now - job.submit_time >= policy.starvation_s:
+    elif now - job.submit_time >= policy.order.starvation_s:
         return 0
-    return len([t for t in policy.las_thresholds if attained >= t])
+    return len([t for t in policy.order.las_thresholds if attained >= t])
 
 
 def las_queues(columns: QueueColumns, policy: Policy, now: float) -> IntArray:
     """``las_queue`` of each waiting job whose ``columns`` these are."""
-    thresholds = np.asarray(policy.las_thresholds, dtype=np.float64)
+    thresholds = np.asarray(policy.order.las_thresholds, dtype=np.float64)
     queues: IntArray = (columns.attained[:, None] >= thresholds[None, :]).sum(axis=1)
-    queues[now - columns.submit >= policy.starvation_s] = 0
+    queues[now - columns.submit >= policy.order.starvation_s] = 0
     return queues

@@ -31,8 +31,7 @@ from boltforge.cli.main import Bolt, app
 from boltforge.cli.remote import EXIT_REFUSED, api_errors, cell, connect, fail
 from boltforge.cli.top import _safe_frame, frame, teams_table
 from boltforge.client import DEFAULT_SERVER, ApiFailure, config_path, resolve
-from boltforge.spec.errors import Problem as SpecProblem
-from boltforge.spec.errors import SpecError
+from boltforge.spec.errors import SpecError, SpecProblem
 from boltforge.wire.cost import BudgetOut, CostReply, CostRow, SavingsOut
 from boltforge.wire.jobs import FleetOut, NodeList, NodeOut, Problem
 

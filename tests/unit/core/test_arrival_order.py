@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from boltforge.core.cycle import promised_first
 from boltforge.core.model.workload import Job
-from boltforge.core.policy import SHORTEST_AGED, Ordering, Policy
+from boltforge.core.policy import SHORTEST_FIRST, Order, Ordering, Policy
 from boltforge.core.queueing.columns import QueueColumns
 from boltforge.core.queueing.ordering import las_queue, las_queues, order_jobs, order_positions
 from boltforge.testing.builders import make_gang
@@ -41,7 +41,7 @@ def arrival(jobs: list[Job]) -> list[Job]:
 def test_an_order_given_arrival_order_is_the_order_of_any_permutation(
     jobs: list[Job], ordering: Ordering
 ) -> None:
-    policy = Policy("p", ordering=ordering)
+    policy = Policy("p", order=Order(ordering))
     expected = order_jobs(list(jobs), policy, NOW, None)
     assert order_jobs(arrival(jobs), policy, NOW, None, arrived=True) == expected
 
@@ -53,7 +53,7 @@ def test_an_order_read_off_the_queues_columns_is_the_order_of_its_jobs(
 ) -> None:
     """What a caller that keeps its queue's columns (the simulator) gets: the same order,
     and each job's LAS queue, as reading every job."""
-    policy = Policy("p", ordering=ordering)
+    policy = Policy("p", order=Order(ordering))
     queue = arrival(jobs)
     columns = QueueColumns.of(queue)
     at = order_positions(columns, policy, now, None)
@@ -67,7 +67,7 @@ def test_promised_jobs_go_first_in_their_class_as_the_plain_sort_puts_them(
     jobs: list[Job], data: st.DataObject
 ) -> None:
     promised = frozenset(data.draw(st.sets(st.sampled_from([j.id for j in jobs] or ["x"]))))
-    policy = Policy("p", size=SHORTEST_AGED)
+    policy = Policy("p", order=SHORTEST_FIRST)
     ordered = order_jobs(list(jobs), policy, NOW, None)  # in class order, as a pass has it
     expected = sorted(ordered, key=lambda j: (j.priority, j.id not in promised and j.held is None))
     assert promised_first(ordered, policy, promised) == expected

@@ -12,7 +12,7 @@ from boltforge.core.cycle import Snapshot, run_cycle
 from boltforge.core.model.gang import Gang
 from boltforge.core.model.state import Allocation, FleetState, Grant
 from boltforge.core.model.workload import Job, Running
-from boltforge.core.policy import POLICIES
+from boltforge.core.policy import POLICIES, Preemption
 from boltforge.core.preempt.bump import (
     BumpRule,
     Margins,
@@ -27,7 +27,7 @@ from boltforge.testing.builders import make_fleet, make_gang
 HOUR = 3600.0
 NOW = 100 * HOUR
 BUMPING = POLICIES["default"].with_(
-    bump=BumpRule(gain=4.0), preempt_rules=PreemptRules(churn_fraction=1.0)
+    preemption=Preemption(rules=PreemptRules(churn_fraction=1.0), bump=BumpRule(gain=4.0))
 )
 HOST = make_fleet(racks=1, hosts=1)  # one host of 8 GPUs
 ALLOCATION = Allocation("any", (Grant("w", 0, 0, tuple(range(8))),), None, 3)  # 8 GPUs
@@ -171,7 +171,7 @@ def test_a_waiting_job_stands_by_its_class_and_the_tier_of_its_time_left() -> No
     assert standing(job("a", 2, attained_hours=1.5), NOW) == (3, tier(0.5 * HOUR))
 
 
-WINDOWED = BUMPING.with_(preempt_rules=PreemptRules(churn_fraction=1.0, peer_window_s=300.0))
+WINDOWED = BUMPING.with_preempt_rules(PreemptRules(churn_fraction=1.0, peer_window_s=300.0))
 
 
 def test_with_a_checkpoint_window_a_peer_is_bumped_only_just_after_its_checkpoint() -> None:

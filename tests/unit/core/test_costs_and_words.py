@@ -15,8 +15,21 @@ from boltforge.core.model.state import Allocation, FleetState, Grant
 from boltforge.core.placement import crossing
 from boltforge.core.placement.explain import describe, diagnose, need
 from boltforge.core.placement.place import Outcome, place_gang
-from boltforge.core.policy import POLICIES, Backfill, Ordering, Policy, named
+from boltforge.core.policy import (
+    ARRIVAL_ORDER,
+    CONSERVATIVE_BACKFILL,
+    EASY_BACKFILL,
+    FIRST_FIT,
+    NO_BACKFILL,
+    POLICIES,
+    Backfill,
+    BackfillMode,
+    Ordering,
+    Policy,
+    named,
+)
 from boltforge.core.preempt.text import gpu_hours, span
+from boltforge.core.preempt.victims import PreemptRules
 from boltforge.testing.builders import make_fleet, make_gang, make_pool, make_role
 
 # --- crossing costs ------------------------------------------------------------------------------
@@ -369,25 +382,41 @@ def test_unknown_policy_lists_the_known_names() -> None:
 @pytest.mark.parametrize(
     ("name", "ordering", "backfill", "preemption", "strict"),
     [
-        ("default", Ordering.FAIR, Backfill.CONSERVATIVE, True, False),
-        ("fifo", Ordering.FIFO, Backfill.NONE, False, True),
-        ("slurm-like", Ordering.PRIORITY, Backfill.EASY, False, False),
-        ("tiresias", Ordering.LAS, Backfill.NONE, True, False),
+        ("default", Ordering.FAIR, BackfillMode.CONSERVATIVE, True, False),
+        ("fifo", Ordering.FIFO, BackfillMode.NONE, False, True),
+        ("slurm-like", Ordering.PRIORITY, BackfillMode.EASY, False, False),
+        ("tiresias", Ordering.LAS, BackfillMode.NONE, True, False),
     ],
 )
 def test_policy_profiles(
-    name: str, ordering: Ordering, backfill: Backfill, preemption: bool, strict: bool
+    name: str, ordering: Ordering, backfill: BackfillMode, preemption: bool, strict: bool
 ) -> None:
     policy = named(name)
-    assert (policy.ordering, policy.backfill) == (ordering, backfill)
-    assert policy.preemption is preemption and policy.strict_order is strict
-    if policy.backfill == Backfill.NONE:
-        assert policy.reservations == 0
-    assert list(policy.las_thresholds) == sorted(policy.las_thresholds)
+    assert (policy.order.by, policy.backfill.mode) == (ordering, backfill)
+    assert (policy.preemption is not None) is preemption and policy.order.strict is strict
+    if policy.backfill.mode == BackfillMode.NONE:
+        assert policy.backfill.reservations == policy.backfill.depth == 0
+    assert list(policy.order.las_thresholds) == sorted(policy.order.las_thresholds)
 
 
 def test_with_changes_a_copy_only() -> None:
     base = Policy("base")
-    other = base.with_(lookahead=0, ordering=Ordering.FIFO)
-    assert (other.lookahead, other.ordering, other.name) == (0, Ordering.FIFO, "base")
-    assert (base.lookahead, base.ordering) == (16, Ordering.FAIR)
+    other = base.with_(placement=FIRST_FIT, order=ARRIVAL_ORDER)
+    assert (other.placement.lookahead, other.order.by, other.name) == (0, Ordering.FIFO, "base")
+    assert (base.placement.lookahead, base.order.by) == (16, Ordering.FAIR)
+    assert FIRST_FIT.with_(lookahead=4).lookahead == 4 and FIRST_FIT.lookahead == 0
+
+
+def test_backfill_depth_follows_the_mode() -> None:
+    assert [b.depth for b in (NO_BACKFILL, EASY_BACKFILL, CONSERVATIVE_BACKFILL)] == [0, 1, 4]
+    assert CONSERVATIVE_BACKFILL.with_(reservations=2).depth == 2
+    assert Backfill(BackfillMode.NONE, reservations=3).depth == 0
+
+
+def test_preempt_rules_change_only_a_preempting_policy() -> None:
+    rules = PreemptRules(churn_fraction=1.0)
+    preempting = named("default").with_preempt_rules(rules)
+    assert preempting.preemption is not None and preempting.preemption.rules == rules
+    assert preempting.churn_window_s == rules.churn_window_s
+    assert named("fifo").with_preempt_rules(rules) is named("fifo")
+    assert named("fifo").churn_window_s == PreemptRules().churn_window_s

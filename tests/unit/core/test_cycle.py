@@ -15,7 +15,14 @@ from boltforge.core.model.levels import Level
 from boltforge.core.model.state import Allocation, FleetState, Grant
 from boltforge.core.model.topology import TopologyTree
 from boltforge.core.model.workload import Job, Running
-from boltforge.core.policy import POLICIES, Backfill, Policy
+from boltforge.core.policy import (
+    EASY_BACKFILL,
+    FAIR_SHARE,
+    NO_RESIZING,
+    POLICIES,
+    TOPOLOGY_AWARE,
+    Policy,
+)
 from boltforge.core.preempt.victims import PreemptRules
 from boltforge.core.queueing.columns import QueueColumns
 from boltforge.testing.builders import make_fleet, make_gang
@@ -23,8 +30,8 @@ from boltforge.testing.builders import make_fleet, make_gang
 ALL = tuple(range(8))
 # The default's backfill and reservations with arrival order inside a class (no size rule),
 # so each scenario's jobs are considered in the order it lists them.
-CONSERVATIVE = POLICIES["default"].with_(size=None)
-EASY = CONSERVATIVE.with_(backfill=Backfill.EASY)
+CONSERVATIVE = POLICIES["default"].with_(order=FAIR_SHARE)
+EASY = CONSERVATIVE.with_(backfill=EASY_BACKFILL)
 
 
 def job(
@@ -305,7 +312,7 @@ def test_elastic_job_waits_when_the_full_size_is_near() -> None:
 
 def test_rigid_policy_never_starts_an_elastic_job_small() -> None:
     world = World(LAB, (Busy("a", (H[0], H[1]), 36_000.0),), (elastic("e", 4, 2, 3600.0),))
-    assert run_cycle(snapshot(world), CONSERVATIVE.with_(elastic=False)).binds == ()
+    assert run_cycle(snapshot(world), CONSERVATIVE.with_(elastic=NO_RESIZING)).binds == ()
 
 
 def test_deadline_outlook_says_late_when_the_fleet_is_busy_past_it() -> None:
@@ -358,7 +365,7 @@ def test_a_queue_that_used_more_waits_behind_one_that_used_less() -> None:
 # --- preemption -------------------------------------------------------------------------------
 
 
-LAB_PREEMPT = CONSERVATIVE.with_(preempt_rules=PreemptRules(churn_fraction=1.0))
+LAB_PREEMPT = CONSERVATIVE.with_preempt_rules(PreemptRules(churn_fraction=1.0))
 
 
 def running_job(
@@ -453,7 +460,9 @@ def test_lookahead_keeps_the_first_job_from_stranding_the_second() -> None:
     first = Job("job-1", make_gang("job-1", gpus=8, per_node=4), "team", 0.0)
     second = Job("job-2", make_gang("job-2", gpus=32, required=Level.RACK), "team", 1.0)
     snap = Snapshot(state, (first, second), (), 0.0)
-    assert binds(run_cycle(snap, POLICIES["slurm-like"].with_(topology_aware=True))) == ["job-1"]
+    assert binds(run_cycle(snap, POLICIES["slurm-like"].with_(placement=TOPOLOGY_AWARE))) == [
+        "job-1"
+    ]
     assert binds(run_cycle(snap, CONSERVATIVE)) == ["job-1", "job-2"]
 
 
@@ -470,7 +479,7 @@ def test_lookahead_keeps_the_first_job_from_stranding_the_second() -> None:
 def test_repeating_the_last_host_changes_no_decision(
     sizes: list[tuple[int, float | None]], busy: float, name: str
 ) -> None:
-    import boltforge.core.cycle as cycle_module
+    import boltforge.core.cycle.run as cycle_module
     from boltforge.testing.builders import occupy
 
     fleet = make_fleet(racks=2, hosts=4, island=4)
@@ -478,12 +487,13 @@ def test_repeating_the_last_host_changes_no_decision(
     pending = tuple(job(f"j{i}", g, float(i), limit) for i, (g, limit) in enumerate(sizes))
     snap = Snapshot(state, pending, (), 0.0)
     fast = run_cycle(snap, POLICIES[name])
-    original = cycle_module._repeat
-    cycle_module._repeat = lambda p, job, shape: None
+    names = vars(cycle_module)  # where the pass looks ``_repeat`` up
+    original = names["_repeat"]
+    names["_repeat"] = lambda p, job, shape: None
     try:
         slow = run_cycle(snap, POLICIES[name])
     finally:
-        cycle_module._repeat = original
+        names["_repeat"] = original
     assert [(b.job, b.placement.grants) for b in fast.binds] == [
         (b.job, b.placement.grants) for b in slow.binds
     ]
@@ -493,7 +503,7 @@ def test_repeating_the_last_host_changes_no_decision(
 def test_every_waiting_job_gets_a_start_estimate_when_running_jobs_have_ends() -> None:
     pending = (*(job(f"j{i}", 8, float(i)) for i in range(5)), job("huge", 64, 9.0))
     world = World(LAB, (Busy("a", (H[0], H[1]), 3600.0), Busy("b", (H[2], H[3]), 7200.0)), pending)
-    policy = POLICIES["slurm-like"].with_(estimate_waits=1)
+    policy = POLICIES["slurm-like"].with_(backfill=EASY_BACKFILL.with_(estimate_waits=1))
     by_job = {w.job: w for w in run_cycle(snapshot(world), policy).waiting}
     assert by_job["huge"].reason == WaitReason.NEVER and by_job["huge"].estimated_start is None
     starts = [by_job[f"j{i}"].estimated_start for i in range(4)]

@@ -153,7 +153,7 @@ def worlds(draw: st.DrawFn, crowded: bool = False) -> World:
     )
     rules = PreemptRules(churn_fraction=draw(st.sampled_from([0.25, 1.0])))
     names = ["default", "tiresias"] if crowded else [*sorted(POLICIES), "default", "tiresias"]
-    policy = POLICIES[draw(st.sampled_from(names))].with_(preempt_rules=rules)
+    policy = POLICIES[draw(st.sampled_from(names))].with_preempt_rules(rules)
     return World(snap, policy)
 
 
@@ -237,11 +237,12 @@ def test_no_queue_that_got_work_ends_the_pass_above_a_burst_limit(world: World) 
 @given(st.one_of(worlds(), worlds(crowded=True), worlds(crowded=True)))
 def test_preemption_only_bumps_what_the_class_rules_allow(world: World) -> None:
     result = run_cycle(world.snap, world.policy)
-    if not world.policy.preemption:
+    preemption = world.policy.preemption
+    if preemption is None:
         assert result.evictions == ()
         return
     bound = {b.job for b in result.binds}
-    rules = world.policy.preempt_rules
+    rules = preemption.rules
     seen: set[str] = set()
     for ev in result.evictions:
         assert ev.job not in seen and ev.job in world.running  # running work, bumped once
@@ -256,9 +257,9 @@ def test_preemption_only_bumps_what_the_class_rules_allow(world: World) -> None:
         reclaimed = run.borrowed and victim.queue != preemptor.queue
         if victim.priority == 1 and not reclaimed:
             assert preemptor.priority == 0
-        if world.policy.ordering == Ordering.LAS:
+        if world.policy.order.by == Ordering.LAS:
             assert reclaimed or victim.priority >= preemptor.priority
-        elif world.policy.bump is not None and victim.priority == preemptor.priority:
+        elif preemption.bump is not None and victim.priority == preemptor.priority:
             # a peer is bumped just after its checkpoint, and only when it has far more left
             assert reclaimed or _bump_allowed(world, run, preemptor)
         else:
@@ -267,8 +268,9 @@ def test_preemption_only_bumps_what_the_class_rules_allow(world: World) -> None:
 
 def _bump_allowed(world: World, run: Running, preemptor: Job) -> bool:
     """Whether the policy's bump rule lets ``preemptor`` bump ``run``, a job of its class."""
-    rule, window = world.policy.bump, world.policy.preempt_rules.peer_window_s
-    assert rule is not None
+    preemption = world.policy.preemption
+    assert preemption is not None and preemption.bump is not None
+    rule, window = preemption.bump, preemption.rules.peer_window_s
     saved = run.checkpoint_before(NOW)
     fresh = window is None or (saved is not None and NOW - saved <= window)
     return fresh and worth_bumping([run], preemptor, NOW, rule)[0]
@@ -278,7 +280,8 @@ def _bump_allowed(world: World, run: Running, preemptor: Job) -> bool:
 @given(worlds(crowded=True))
 def test_the_pass_keeps_the_churn_budget(world: World) -> None:
     result = run_cycle(world.snap, world.policy)
-    rules = world.policy.preempt_rules
+    preemption = world.policy.preemption
+    rules = PreemptRules() if preemption is None else preemption.rules
     window = sum(
         gpus for t, gpus in world.snap.recent_preemptions if NOW - t < rules.churn_window_s
     )

@@ -13,7 +13,7 @@ from boltforge.core.decisions import WaitReason
 from boltforge.core.model.gang import Gang
 from boltforge.core.model.state import Allocation, FleetState, Grant
 from boltforge.core.model.workload import Job, Running, Usage
-from boltforge.core.policy import POLICIES
+from boltforge.core.policy import FAIR_SHARE, POLICIES
 from boltforge.core.preempt.victims import PreemptRules
 from boltforge.core.queueing.lending import effective
 from boltforge.core.queueing.quota import QueueSpec, QuotaTree
@@ -24,7 +24,9 @@ NOW = 100_000.0
 HOUR = 3600.0
 # The default policy with arrival order inside a class (so fair share decides alone) and a
 # churn budget a 32-GPU lab can use.
-POLICY = POLICIES["default"].with_(size=None, preempt_rules=PreemptRules(churn_fraction=1.0))
+POLICY = (
+    POLICIES["default"].with_(order=FAIR_SHARE).with_preempt_rules(PreemptRules(churn_fraction=1.0))
+)
 
 
 @dataclass(frozen=True)

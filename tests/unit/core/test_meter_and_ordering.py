@@ -26,7 +26,7 @@ from boltforge.core.billing.savings import Life, Use, peak, savings
 from boltforge.core.decisions import Waiting, WaitReason
 from boltforge.core.model.state import Allocation, FleetState, Grant
 from boltforge.core.model.workload import Job
-from boltforge.core.policy import Ordering, Policy
+from boltforge.core.policy import Order, Ordering, Policy
 from boltforge.core.queueing.estimates import CAPACITY_BASIS, fill_estimates
 from boltforge.core.queueing.ordering import las_queue, order_jobs
 from boltforge.core.sharing.share import Share
@@ -285,13 +285,13 @@ JOBS = [
     ],
 )
 def test_order_jobs_by_policy(ordering: Ordering, expected: list[str]) -> None:
-    policy = Policy("p", ordering=ordering)
+    policy = Policy("p", order=Order(ordering))
     got = [j.id for j in order_jobs(list(JOBS), policy, now=100.0, fair=None)]
     assert got == expected
 
 
 def test_fair_ordering_defers_to_the_fair_order_given() -> None:
-    policy = Policy("p", ordering=Ordering.FAIR)
+    policy = Policy("p", order=Order(Ordering.FAIR))
     got = order_jobs(list(JOBS), policy, 100.0, fair=lambda js: sorted(js, key=lambda j: j.id))
     assert [j.id for j in got] == ["a", "b", "c", "d", "e"]
 
@@ -299,7 +299,7 @@ def test_fair_ordering_defers_to_the_fair_order_given() -> None:
 @settings(max_examples=50, deadline=None)
 @given(st.permutations(JOBS), st.sampled_from(list(Ordering)))
 def test_order_does_not_depend_on_input_order(jobs: list[Job], ordering: Ordering) -> None:
-    policy = Policy("p", ordering=ordering)
+    policy = Policy("p", order=Order(ordering))
     first = [j.id for j in order_jobs(list(jobs), policy, 100.0, None)]
     assert first == [j.id for j in order_jobs(list(JOBS), policy, 100.0, None)]
     assert sorted(first) == sorted(j.id for j in JOBS)
@@ -320,7 +320,7 @@ def test_order_does_not_depend_on_input_order(jobs: list[Job], ordering: Orderin
     ],
 )
 def test_las_queue(attained: float, started: float | None, now: float, queue: int) -> None:
-    policy = Policy("p", ordering=Ordering.LAS)
+    policy = Policy("p", order=Order(Ordering.LAS))
     j = job("x", 0.0, gpus=8, attained=attained)
     assert las_queue(j, policy, now, started) == queue
 

@@ -23,13 +23,19 @@ from boltforge.core.placement.patience import (
     worth_waiting,
 )
 from boltforge.core.placement.place import place_gang
-from boltforge.core.policy import POLICIES
+from boltforge.core.policy import (
+    CONSERVATIVE_BACKFILL,
+    FAIR_SHARE,
+    POLICIES,
+    TOPOLOGY_LOOKAHEAD,
+)
 from boltforge.testing.builders import make_fleet, make_gang
 
 HOUR = 3600.0
 LAB = make_fleet(racks=2, hosts=2)  # rack 0: h0, h1; rack 1: h0, h1
 H = [h.name for h in LAB.hosts]
-PATIENT = POLICIES["default"].with_(size=None)  # arrival order, so each scenario reads in order
+# no size rule: jobs of one team go in arrival order, so each scenario reads in order
+PATIENT = POLICIES["default"].with_(order=FAIR_SHARE)
 
 
 def pair(limit: float | None, name: str = "pair", required: Level | None = None) -> Job:
@@ -93,7 +99,9 @@ def test_policies_without_patience_start_across_racks_at_once() -> None:
     for name in ("fifo", "slurm-like", "greedy", "tiresias"):
         result = run_cycle(Lab(600.0, (pair(4 * HOUR),)).snapshot(), POLICIES[name])
         assert len(racks_of(result, "pair")) == 2, name
-    impatient = run_cycle(Lab(600.0, (pair(4 * HOUR),)).snapshot(), PATIENT.with_(patience=False))
+    impatient = run_cycle(
+        Lab(600.0, (pair(4 * HOUR),)).snapshot(), PATIENT.with_(placement=TOPOLOGY_LOOKAHEAD)
+    )
     assert len(racks_of(impatient, "pair")) == 2
 
 
@@ -116,7 +124,10 @@ def test_an_arrival_waits_without_a_reservation_for_the_next_full_pass() -> None
 
 def test_with_no_reservation_left_the_gang_starts_across_racks() -> None:
     """Waiting unprotected could be waiting for ever; without a reservation it starts now."""
-    result = run_cycle(Lab(600.0, (pair(4 * HOUR),)).snapshot(), PATIENT.with_(reservations=0))
+    result = run_cycle(
+        Lab(600.0, (pair(4 * HOUR),)).snapshot(),
+        PATIENT.with_(backfill=CONSERVATIVE_BACKFILL.with_(reservations=0)),
+    )
     assert len(racks_of(result, "pair")) == 2
 
 

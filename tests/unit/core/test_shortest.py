@@ -13,7 +13,7 @@ from boltforge.core.cycle import Snapshot, promised_first, run_cycle
 from boltforge.core.model.gang import Gang
 from boltforge.core.model.state import Allocation, FleetState, Grant
 from boltforge.core.model.workload import Hold, Job, Running
-from boltforge.core.policy import POLICIES, SHORTEST_AGED
+from boltforge.core.policy import FAIR_SHARE, POLICIES, SHORTEST_AGED
 from boltforge.core.queueing.shortest import (
     UNKNOWN_RUNTIME_S,
     SizeRule,
@@ -162,7 +162,7 @@ def test_the_default_starts_the_least_work_first_within_a_class() -> None:
     two = pending[:2]
     result = run_cycle(Snapshot(state, two, tuple(running), 600.0), DEFAULT)
     assert [b.job for b in result.binds] == ["short"]
-    arrival = POLICIES["default"].with_(size=None)
+    arrival = POLICIES["default"].with_(order=FAIR_SHARE)
     in_arrival = run_cycle(Snapshot(state, two, tuple(running), 600.0), arrival)
     assert [b.job for b in in_arrival.binds] == ["long"]
 
@@ -194,7 +194,7 @@ def test_promised_and_held_jobs_go_first_within_their_class_only() -> None:
     jobs[3] = Job("h", jobs[3].gang, "team", 0.0, time_limit=HOUR, held=held)
     order = promised_first(jobs, DEFAULT, frozenset({"promised"}))
     assert [j.id for j in order] == ["serving", "promised", "h", "tiny"]
-    arrival = DEFAULT.with_(size=None)
+    arrival = DEFAULT.with_(order=FAIR_SHARE)
     assert promised_first(jobs, arrival, frozenset({"promised"})) == jobs
 
 
@@ -205,5 +205,7 @@ def test_greedy_starts_whatever_fits_in_arrival_order_and_reserves_nothing() -> 
     result = run_cycle(Snapshot(state, pending, running, 10.0), POLICIES["greedy"])
     assert [b.job for b in result.binds] == ["small"]
     assert result.reservations == ()
-    conservative = run_cycle(Snapshot(state, pending, running, 10.0), DEFAULT.with_(size=None))
+    conservative = run_cycle(
+        Snapshot(state, pending, running, 10.0), DEFAULT.with_(order=FAIR_SHARE)
+    )
     assert conservative.binds == () and [r.job for r in conservative.reservations] == ["big"]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from boltforge.core.cycle import Snapshot, run_cycle
 from boltforge.core.model.gang import Gang
 from boltforge.core.model.state import Allocation, FleetState, Grant
@@ -13,7 +11,8 @@ from boltforge.core.preempt.victims import PreemptRules
 from boltforge.core.queueing.ordering import las_queue, order_jobs
 from boltforge.testing.builders import make_fleet, make_gang
 
-TIRESIAS = POLICIES["tiresias"].with_(preempt_rules=PreemptRules(churn_fraction=1.0))
+RULES = PreemptRules(churn_fraction=1.0)  # no churn budget in the way
+TIRESIAS = POLICIES["tiresias"].with_preempt_rules(RULES)
 HOUR = 3600.0
 LAB = make_fleet(racks=2, hosts=2)
 H = [h.name for h in LAB.hosts]
@@ -49,12 +48,12 @@ def test_jobs_that_attained_less_service_go_first() -> None:
 def test_a_job_starved_past_the_limit_is_promoted_to_the_first_queue() -> None:
     heavy = job("heavy", 8, 0.0, 30 * 8 * HOUR * 24)
     assert las_queue(heavy, TIRESIAS, 100.0) == 2
-    assert las_queue(heavy, TIRESIAS, TIRESIAS.starvation_s) == 0
+    assert las_queue(heavy, TIRESIAS, TIRESIAS.order.starvation_s) == 0
 
 
 def test_a_running_job_attains_its_gpus_times_its_time_running() -> None:
     j = job("r", 8)
-    threshold = TIRESIAS.las_thresholds[0]  # 8 GPU-hours
+    threshold = TIRESIAS.order.las_thresholds[0]  # 8 GPU-hours
     assert las_queue(j, TIRESIAS, HOUR - 1, started=0.0) == 0
     assert las_queue(j, TIRESIAS, threshold / 8, started=0.0) == 1
 
@@ -94,6 +93,6 @@ def test_default_policy_does_not_rank_by_attained_service() -> None:
     now = 2 * HOUR
     short = [running(f"s{i}", [h], now - 900.0, state) for i, h in enumerate(H[1:])]
     jobs = (running("long", [H[0]], 0.0, state), *short)
-    policy = replace(POLICIES["default"], preempt_rules=TIRESIAS.preempt_rules)
+    policy = POLICIES["default"].with_preempt_rules(RULES)
     result = run_cycle(Snapshot(state, (job("fresh", 8, now),), jobs, now), policy)
     assert result.evictions == ()

@@ -34,7 +34,7 @@ ONE_HOST = make_fleet(pods=1, racks=1, hosts=1)  # 8 GPUs
 TWO_HOSTS = make_fleet(pods=1, racks=1, hosts=2)  # 16 GPUs
 # Preemption allowed at any size on these tiny fleets (the default's churn budget is 5% of
 # the fleet: no GPU at all on 8 or 16 GPUs).
-POLICY = named("default").with_(preempt_rules=PreemptRules(churn_fraction=1.0))
+POLICY = named("default").with_preempt_rules(PreemptRules(churn_fraction=1.0))
 CONFIG = SimConfig(POLICY, failures_per_1000_gpu_day=0.0)
 
 

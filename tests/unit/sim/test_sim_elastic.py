@@ -19,7 +19,7 @@ import pytest
 
 from boltforge.core.model.topology import TopologyTree
 from boltforge.core.model.workload import PRODUCTION
-from boltforge.core.policy import named
+from boltforge.core.policy import NO_RESIZING, named
 from boltforge.core.preempt.victims import PreemptRules
 from boltforge.sim.engine import SimConfig, Simulation, simulate
 from boltforge.sim.jobs import with_elastic
@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[3]
 # Four hosts of 8 GPUs in one rack. On so small a fleet the default churn budget (5% of the
 # GPUs per 10 minutes) would not let even one host be preempted, so these runs allow half.
 RACK = make_fleet(racks=1, hosts=4)
-ROOMY = named("default").with_(preempt_rules=PreemptRules(churn_fraction=0.5))
+ROOMY = named("default").with_preempt_rules(PreemptRules(churn_fraction=0.5))
 
 
 def replay(fleet: TopologyTree, trace: list[TraceJob], **config: object) -> SimResult:
@@ -246,7 +246,7 @@ def test_the_same_seed_gives_the_same_replay_and_another_seed_a_different_one() 
 def test_a_policy_with_elastic_off_never_starts_a_job_smaller_nor_grows_one() -> None:
     trace = busy_trace(80, seed=6)
     on = simulate(FLEET, trace, SimConfig(named("default"), failures_per_1000_gpu_day=0.0))
-    policy = named("default").with_(elastic=False)
+    policy = named("default").with_(elastic=NO_RESIZING)
     off = simulate(FLEET, trace, SimConfig(policy, failures_per_1000_gpu_day=0.0))
     assert sum(j.elastic_starts + j.grows for j in on.jobs) > 0
     assert sum(j.elastic_starts + j.grows for j in off.jobs) == 0

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from boltforge.core.model.topology import TopologyTree
-from boltforge.core.policy import Ordering, named
+from boltforge.core.policy import ARRIVAL_ORDER, FAIR_SHARE, named
 from boltforge.sim.engine import SimConfig, Simulation, simulate
 from boltforge.sim.execution import Segment, interrupted
 from boltforge.sim.metrics import compute
@@ -92,7 +92,7 @@ def test_least_attained_service_beats_fifo_on_average_jct_for_heavy_tails() -> N
     GPUs kept near capacity: serving the least attained service first shortens the average."""
     small = make_fleet(racks=1, hosts=4, pods=1)
     las_policy = named("tiresias")
-    fifo_policy = las_policy.with_(ordering=Ordering.FIFO)  # no LAS standing: no preemption
+    fifo_policy = las_policy.with_(order=ARRIVAL_ORDER)  # no LAS standing: no preemption
     las = fifo = 0.0
     for seed in (4, 5):
         trace = heavy_tailed(300, seed, 1100.0)
@@ -104,7 +104,8 @@ def test_least_attained_service_beats_fifo_on_average_jct_for_heavy_tails() -> N
 def test_topology_aware_placement_beats_first_fit_on_productive_utilization() -> None:
     trace = heavy_tailed(150, 5, 400.0, sizes=(1, 4, 16, 32))  # multi-host jobs, racks of 32
     aware = compute(run(trace, "default", failures_per_1000_gpu_day=0.0))
-    blind_policy = named("default").with_(topology_aware=False)
+    default = named("default")
+    blind_policy = default.with_(placement=default.placement.with_(topology_aware=False))
     blind = compute(simulate(FLEET, trace, SimConfig(blind_policy, failures_per_1000_gpu_day=0.0)))
     assert aware.gpu_hours_slowed < blind.gpu_hours_slowed
     assert aware.util_productive_contended > blind.util_productive_contended
@@ -161,7 +162,7 @@ def test_shortest_work_first_beats_arrival_order_on_average_jct_for_heavy_tails(
     """The default's order (least work left first, aged) against the same policy in arrival
     order inside each team: serving short work first shortens the average wait."""
     small = make_fleet(racks=1, hosts=4, pods=1)
-    arrival = named("default").with_(size=None)
+    arrival = named("default").with_(order=FAIR_SHARE)
     shortest = compare = 0.0
     for seed in (4, 5):
         trace = heavy_tailed(300, seed, 1100.0)

@@ -15,7 +15,7 @@ from boltforge.testing.builders import make_fleet
 
 HOST = make_fleet(racks=1, hosts=1)  # 8 GPUs at $2.50 per GPU-hour
 # A churn budget a single host can spend (the default 5% of 8 GPUs rounds down to none).
-BUMPS = named("default").with_(preempt_rules=PreemptRules(churn_fraction=1.0))
+BUMPS = named("default").with_preempt_rules(PreemptRules(churn_fraction=1.0))
 
 
 def replay(trace: list[TraceJob], policy: str | Policy) -> SimResult:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from boltforge.spec.errors import Problem, SpecError
+from boltforge.spec.errors import SpecError, SpecProblem
 from boltforge.spec.fleet import load_fleet
 from boltforge.spec.job import load_job
 from boltforge.spec.loader import parse_yaml, read_yaml
@@ -89,7 +89,7 @@ def test_a_job_mistake_names_the_field_and_the_fix(
 
 
 def test_what_was_written_is_shown_after_the_fix_unless_nothing_was(tmp_path: Path) -> None:
-    plain = Problem("job.preemptible", "maybe", "must be true or false").render()
+    plain = SpecProblem("job.preemptible", "maybe", "must be true or false").render()
     assert plain == "job.preemptible: must be true or false (got 'maybe')"
     error = error_of(tmp_path, "name: train\ngpus: 8\n")
     assert error.render().splitlines()[1] == (

@@ -205,7 +205,7 @@ def running_low(lab: Fleet, name: str, gpus: int = 8) -> None:
 
 # One 8-GPU host: let a preemption take all of it (the default churn budget, 5% of the
 # fleet's GPUs per 10 minutes, rounds down to none here).
-WHOLE_HOST = POLICY.with_(preempt_rules=PreemptRules(min_runtime_s=0.0, churn_fraction=1.0))
+WHOLE_HOST = POLICY.with_preempt_rules(PreemptRules(min_runtime_s=0.0, churn_fraction=1.0))
 
 
 def test_a_serving_share_preempts_batch_training_for_one_gpu() -> None:
