@@ -318,13 +318,18 @@ def _is_owed(p: PassState, job: Job, victim: Running) -> bool:
 
 def _evict(p: PassState, job: Job, found: Victims) -> None:
     """Release the victims from the pass's state and record the evictions (and shrinks),
-    charging the preemption budget; the caller then binds ``job`` like any other bind."""
+    charging the preemption budget; the caller then binds ``job`` like any other bind.
+
+    A victim's grants are those it holds on the pass's state, not those it started the pass
+    with: a job shrunk earlier in the pass keeps (or frees) only what that shrink left it."""
+    held_now = {v: p.work.allocations[v].grants for v in (*found.jobs, *found.shrink)}
     p.work = release_victims(p.work, found)
     p.open_gpus = None
     p.alive = None
     for victim in (*found.jobs, *found.shrink):
         run = p.running[victim]
-        freed = run.allocation.grants if victim in found.jobs else found.dropped.get(victim, ())
+        grants = held_now[victim]
+        freed = grants if victim in found.jobs else found.dropped.get(victim, ())
         gpus = sum(len(g.gpus) for g in freed)
         lost = (
             run.lost_gpu_seconds(p.now)
@@ -332,7 +337,7 @@ def _evict(p: PassState, job: Job, found: Victims) -> None:
             else (gpus * run.job.restart_overhead)
         )
         p.recent.append((p.now, gpus))
-        keep = () if victim in found.jobs else _kept(run.allocation.grants, freed)
+        keep = () if victim in found.jobs else _kept(grants, freed)
         p.evictions.append(Evict(victim, job.id, lost, found.shrink.get(victim), keep))
         held = p.holdings.get(run.job.queue, {})
         for g in freed:

@@ -183,6 +183,39 @@ def test_every_decision_can_be_carried_out_without_giving_a_gpu_twice(world: Wor
     assert positions == list(range(len(world.pending)))
 
 
+def test_an_elastic_job_shrunk_twice_in_one_pass_keeps_only_what_the_second_shrink_left() -> None:
+    """An elastic job fills a rack of four hosts; two production jobs wait, of one host and of
+    two. The pass shrinks it for each: to three replicas, then to one. The second shrink
+    counts down from the three the first left, so what it keeps is one host, none of those
+    the two binds take."""
+    fleet = make_fleet(racks=1, hosts=4)
+    state = FleetState(fleet)
+    grants = tuple(Grant("worker", i, i, tuple(range(8))) for i in range(4))
+    state.allocate(Allocation("train", grants, None, 3))
+    train = Job(
+        "train",
+        gang_of("train", 32, 8, 3, "ops"),
+        "ops",
+        0.0,
+        checkpoint_interval=600.0,
+        elastic=(1, 4),
+    )
+    pending = (
+        Job("big", gang_of("big", 16, 8, 1, "ops"), "ops", NOW - 60.0),
+        Job("small", gang_of("small", 8, 8, 1, "ops"), "ops", NOW - 30.0),
+    )
+    snap = Snapshot(state, pending, (Running(train, state.allocations["train"], 100.0),), NOW)
+    world = World(snap, POLICIES["default"].with_preempt_rules(PreemptRules(churn_fraction=1.0)))
+    result = run_cycle(snap, world.policy)
+    assert [(e.job, e.shrink_to) for e in result.evictions] == [("train", 3), ("train", 1)]
+    assert sorted(b.job for b in result.binds) == ["big", "small"]
+    kept = result.evictions[-1].keep
+    assert len(kept) == 1
+    taken = {g.host for b in result.binds for g in b.placement.grants}
+    assert taken.isdisjoint(g.host for g in kept)
+    assert after(world, result).allocations["train"].grants == kept  # no GPU given twice
+
+
 @PROPERTIES
 @given(worlds())
 def test_a_gang_is_placed_whole_or_not_at_all(world: World) -> None:
