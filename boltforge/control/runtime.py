@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sqlalchemy import select
@@ -31,7 +31,7 @@ from boltforge.control.store.outage import StoreStatus
 from boltforge.control.tokencache import TTL_S, TokenCache
 from boltforge.control.views.utilization import History, fragmentation_index, sample
 from boltforge.core.health import HealthRules
-from boltforge.core.policy import named
+from boltforge.core.policy import Policy, named
 from boltforge.core.preempt.victims import PreemptRules
 from boltforge.spec.teams import Budget, TeamsSpec
 
@@ -116,7 +116,7 @@ class Runtime:
         self.mirror.watch(self.db.sessions)
         self.scheduler = Scheduler(
             self.db,
-            named(config.policy).with_preempt_rules(config.preempt),
+            server_policy(config.policy, config.preempt),
             self.notifier,
             Settings(config.checkpoint_root),
             config.terms,
@@ -212,3 +212,14 @@ class Runtime:
     def known_fleet(self) -> Fleet | None:
         """The fleet if it is already built for the nodes registered now (no building)."""
         return self._views.fleets.get(("mirror", self.mirror.fleet_version))
+
+
+def server_policy(name: str, preempt: PreemptRules) -> Policy:
+    """The policy called ``name`` preempting by the server's ``preempt`` rules (its minimum
+    runtime, cooldown and churn budget); where those set no peer window, the policy's own
+    (``PreemptRules.peer_window_s``) holds, so the server bumps as the simulator does."""
+    policy = named(name)
+    if policy.preemption is None or preempt.peer_window_s is not None:
+        return policy.with_preempt_rules(preempt)
+    window = policy.preemption.rules.peer_window_s
+    return policy.with_preempt_rules(replace(preempt, peer_window_s=window))
