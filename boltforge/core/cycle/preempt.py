@@ -290,14 +290,14 @@ def _running_standing(p: PassState) -> dict[str, tuple[int, ...]] | None:
     the running jobs' at its first use; otherwise None."""
     if _finer(p.policy) is None:
         return None
-    if p.standing is None and p.policy.ordering != Ordering.LAS:  # tiers of time left
+    if p.standing is not None:  # the running jobs' standings, once per pass
+        return p.standing
+    runs = p.running.values()
+    if p.policy.ordering == Ordering.LAS:
+        p.standing = {r.job.id: _own_standing(p.policy, r.job, p.now, r.start_time) for r in runs}
+    else:  # bumping: the tier of each one's time left, as the pass's margins have it
         left = _margins(p).left
-        p.standing = {r.job.id: (r.job.priority, tier(left[r.job.id])) for r in p.running.values()}
-    if p.standing is None:  # the running jobs' standings, once per pass
-        policy, now = p.policy, p.now
-        p.standing = {
-            r.job.id: _own_standing(policy, r.job, now, r.start_time) for r in p.running.values()
-        }
+        p.standing = {r.job.id: (r.job.priority, tier(left[r.job.id])) for r in runs}
     return p.standing
 
 

@@ -152,7 +152,7 @@ def worth_bumping(
     need = needs_s(job, now)
     closest: tuple[float, str] | None = None
     for run in victims:
-        left = runtime_left(run.job, ran_s(run.job, now, run.start_time))
+        left = time_left(run, now)
         lost = run.lost_gpu_seconds(now)
         times = left / max(need + lost / max(run.gpus, 1), 1.0)
         words = (
