@@ -41,8 +41,13 @@ def _upcoming(ordered: list[Job], position: int, ahead: int) -> tuple[Gang, ...]
     return tuple(j.gang for j in ordered[position + 1 : ahead][:WINDOW])
 
 
-def _shape(gang: Gang, blocked: frozenset[int]) -> tuple[object, ...]:
-    return (gang.shape, gang.priority, blocked)  # class: what it may preempt
+def _shape(p: PassState, job: Job, blocked: frozenset[int]) -> tuple[object, ...]:
+    """What a job's failure to start is remembered by for the rest of the pass
+    (``failed_shapes``): its gang's shape, its class (what it may preempt) and the hosts
+    fenced off for it; under quotas that limit or guarantee, also its queue, which decides
+    what it may take and reclaim, so one queue's refusal is never another's."""
+    key = (job.gang.shape, job.gang.priority, blocked)
+    return key if p.quota is None or not p.quota.limits_any else (*key, job.queue)
 
 
 def _place(

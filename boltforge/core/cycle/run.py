@@ -160,7 +160,7 @@ def _consider_one(
         p.waiting.append(Waiting(job.id, position, WaitReason.CAPACITY, ()))
         return
     blocked = _blocked_hosts(p, job)
-    shape = _shape(job.gang, blocked)
+    shape = _shape(p, job, blocked)
     route = None if p.routing is None else route_job(p.work.tree, job, p.routing, p.now)
     if (
         route is not None

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 
 ANY = "*"
@@ -140,6 +141,12 @@ class QuotaTree:
 
     def __contains__(self, queue: object) -> bool:
         return queue in self.specs
+
+    @cached_property
+    def limits_any(self) -> bool:
+        """Whether any queue has a guarantee or a burst limit. Without one, a job's queue
+        never changes what it may take or reclaim, only where fair share ranks it."""
+        return any(s.guaranteed or s.burst for s in self.specs.values())
 
     def resolve(self, queue: str) -> str:
         """``queue`` if the tree has it, else its nearest existing ancestor (at worst the root)."""

@@ -20,6 +20,7 @@ from boltforge.core.policy import (
     FAIR_SHARE,
     NO_RESIZING,
     POLICIES,
+    PRIORITY_THEN_ARRIVAL,
     TOPOLOGY_AWARE,
     Policy,
 )
@@ -376,6 +377,39 @@ def running_job(
     j = Job(name, Gang(name, gang.roles, gang.topology, "team", priority), "team", 0.0)
     state.allocate(Allocation(name, grants, None, priority))
     return Running(j, state.allocations[name], started, last_checkpoint=started)
+
+
+def team_running(
+    name: str, queue: str, hosts: tuple[str, ...], priority: int, state: FleetState
+) -> Running:
+    r = running_job(name, hosts, priority, 0.0, state)
+    return replace(r, job=replace(r.job, queue=queue, gang=replace(r.job.gang, team=queue)))
+
+
+def urgent_gang(name: str) -> Gang:
+    gang = make_gang(name, gpus=8)
+    return Gang(gang.name, gang.roles, gang.topology, "team", 1)
+
+
+def test_one_queues_refusal_is_not_anothers() -> None:
+    """Two urgent jobs of one shape and class, full fleet: the first's queue is at its burst,
+    so bumping for it is refused; the second's queue has room, and it bumps and starts."""
+    from boltforge.core.queueing.quota import QueueSpec, QuotaTree
+
+    quota = QuotaTree.build([QueueSpec("org/capped", {}, {"*": 8}), QueueSpec("org/open")])
+    state = FleetState(LAB)
+    serving = team_running("serving", "org/capped", (H[0],), 0, state)
+    batch = tuple(team_running(f"b{i}", "org/batch", (h,), 3, state) for i, h in enumerate(H[1:]))
+    pending = (
+        replace(team_job("capped", "org/capped", 8, 100.0), gang=urgent_gang("capped")),
+        replace(team_job("open", "org/open", 8, 200.0), gang=urgent_gang("open")),
+    )
+    snap = Snapshot(state, pending, (serving, *batch), 5000.0, quota=quota)
+    result = run_cycle(snap, LAB_PREEMPT.with_(order=PRIORITY_THEN_ARRIVAL))  # capped first
+    assert binds(result) == ["open"]
+    assert len(result.evictions) == 1 and result.evictions[0].for_job == "open"
+    why = result.why("capped")
+    assert why is not None and any("org/capped" in d for d in why.detail), why
 
 
 def test_a_production_job_bumps_batch_work_in_one_rack() -> None:
