@@ -4,7 +4,9 @@ and ``bolt slurm-bridge``.
 
 - **preempt_signal_ms**: a low-priority job holds all 64 GPUs and checkpoints; a
   high-priority 2-node job is submitted with plain ``sbatch`` to the managed partition
-  (``bolt``); the time until the victim's batch script gets SIGTERM (it writes the time).
+  (``bolt``); the time until the victim's batch script gets SIGTERM (it writes the time;
+  it waits on its sleeps with ``wait``, so its trap runs as the signal arrives rather than
+  when a foreground ``sleep`` ends).
   Repeated ``--rounds`` times, each with a fresh victim, the high job sent at a moment drawn
   at random (seeded, the same for both sides) within ``PHASE_S``: Slurm acts on its own
   scheduling passes, so its latency depends on when in its pass cycle a job arrives, and a
@@ -57,7 +59,7 @@ from boltforge.testing.slurm_fleet import SlurmFleet, slurm_fleet
 VICTIM = """
 trap 'date +%s.%N > "{out}.term"; exit 0' TERM
 touch "{out}.ready"
-while true; do sleep 0.05; done
+while true; do sleep 0.05 & wait $!; done
 """
 QUICK = "sleep {seconds}\n"
 PHASE_S = 2.0  # the high job is sent within this long of the victim settling (the tests' pass)
