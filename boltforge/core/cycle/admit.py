@@ -1,7 +1,7 @@
 """Admission: a placement against its queue's guaranteed and burst quota.
 
-Contract. ``_admit`` reads the pass's ``quota`` and ``holdings`` and returns a ``Verdict``
-(always yes without quotas); it changes nothing. ``_charge`` adds a bound job's GPUs to
+Contract. ``admit_placement`` reads the pass's ``quota`` and ``holdings`` and returns a ``Verdict``
+(always yes without quotas); it changes nothing. ``charge`` adds a bound job's GPUs to
 ``holdings``; every bind and every growth goes through it.
 """
 
@@ -17,7 +17,7 @@ from boltforge.core.queueing.quota import Verdict, admit
 _NO_QUOTA = Verdict(True, 0, "")  # every job's verdict where there are no quotas
 
 
-def _admit(p: PassState, job: Job, placement: Placement) -> Verdict:
+def admit_placement(p: PassState, job: Job, placement: Placement) -> Verdict:
     """Check the placement's GPUs per pool against the job's queue's burst limits."""
     if p.quota is None:
         return _NO_QUOTA
@@ -28,7 +28,7 @@ def _demand(p: PassState, placement: Placement) -> dict[str, int]:
     return gpus_by_pool(p.work.tree, placement.grants)
 
 
-def _charge(p: PassState, job: Job, grants: tuple[Grant, ...]) -> None:
+def charge(p: PassState, job: Job, grants: tuple[Grant, ...]) -> None:
     """Count ``grants``' GPUs per pool in what ``job``'s queue holds."""
     held = p.holdings.setdefault(job.queue, {})
     for pool, gpus in gpus_by_pool(p.work.tree, grants).items():

@@ -1,7 +1,7 @@
 """Phase 1, order: the pending jobs in the order the pass looks at them.
 
 Contract. Reads the snapshot, the policy and the queues' holdings; changes nothing.
-``_order`` returns the jobs (``order_jobs`` by the policy's ordering, then
+``order_pending`` returns the jobs (``order_jobs`` by the policy's ordering, then
 ``promised_first``) and, when the snapshot carries the jobs' columns, those columns with each
 job's position in them. ``promised_first`` keeps jobs a start was promised to (a reservation
 of the last full pass, or GPUs held for a restart) first within their class under a size-ranked
@@ -27,11 +27,11 @@ from boltforge.core.queueing.ordering import order_jobs, order_positions
 from boltforge.core.queueing.quota import Holdings, QuotaTree
 from boltforge.core.queueing.shortest import SizeRule
 
-_JOB_CLASS = attrgetter("gang.priority")
+JOB_CLASS = attrgetter("gang.priority")
 _BY_CLASS = (Ordering.FAIR, Ordering.PRIORITY)  # orders that rank by class first
 
 
-def _order(
+def order_pending(
     snap: Snapshot, policy: Policy, holdings: dict[str, dict[str, int]]
 ) -> tuple[list[Job], QueueColumns | None, IntArray | None]:
     """1. The pending jobs in the order the pass looks at them (``order_jobs``, then
@@ -62,7 +62,7 @@ def promised_first(ordered: list[Job], policy: Policy, promised: frozenset[str])
     if policy.order.size is None:
         return ordered
     n = len(ordered)
-    priority = np.fromiter(map(_JOB_CLASS, ordered), np.int64, n)
+    priority = np.fromiter(map(JOB_CLASS, ordered), np.int64, n)
     held = np.fromiter((j.held is not None for j in ordered), np.bool_, n)
     at = _promised_first_at(np.arange(n), priority, held, policy, ordered, promised)
     return [ordered[i] for i in at.tolist()]

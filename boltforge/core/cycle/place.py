@@ -1,12 +1,12 @@
 """Placement and start: where a job goes now, and binding it there.
 
-Contract. ``_place`` places a gang on the pass's ``work`` with the given hosts fenced off
+Contract. ``place`` places a gang on the pass's ``work`` with the given hosts fenced off
 (topology-aware placement with lookahead near the head of the queue, or first fit, per the
 policy's placement part; under cost-aware routing, each group of pools in turn) and changes
-nothing. ``_apart`` keeps a job of a spread group off hosts holding half of its group.
-``_repeat`` reuses the previous job's host for a job of the same shape when that provably stays
-the best. ``_bind`` is the one way a job starts: it allocates on ``work``, counts the job's
-spread group, charges its queue (``_charge``), clears ``open_gpus`` and ``last_host``, and
+nothing. ``apart`` keeps a job of a spread group off hosts holding half of its group.
+``repeat`` reuses the previous job's host for a job of the same shape when that provably stays
+the best. ``bind`` is the one way a job starts: it allocates on ``work``, counts the job's
+spread group, charges its queue (``charge``), clears ``open_gpus`` and ``last_host``, and
 appends the ``Bind``.
 """
 
@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import replace
 
-from boltforge.core.cycle.admit import _charge
+from boltforge.core.cycle.admit import charge
 from boltforge.core.cycle.state import PassState
 from boltforge.core.decisions import Bind
 from boltforge.core.model.gang import Gang
@@ -35,13 +35,13 @@ from boltforge.core.placement.single import plan_on_host
 WINDOW = 4
 
 
-def _upcoming(ordered: list[Job], position: int, ahead: int) -> tuple[Gang, ...]:
+def upcoming_gangs(ordered: list[Job], position: int, ahead: int) -> tuple[Gang, ...]:
     """The gangs lookahead checks the job at ``position`` against: up to ``WINDOW`` jobs
     behind it, none at or past position ``ahead``."""
     return tuple(j.gang for j in ordered[position + 1 : ahead][:WINDOW])
 
 
-def _shape(p: PassState, job: Job, blocked: frozenset[int]) -> tuple[object, ...]:
+def shape_key(p: PassState, job: Job, blocked: frozenset[int]) -> tuple[object, ...]:
     """What a job's failure to start is remembered by for the rest of the pass
     (``failed_shapes``): its gang's shape, its class (what it may preempt) and the hosts
     fenced off for it; under quotas that limit or guarantee, also its queue, which decides
@@ -50,7 +50,7 @@ def _shape(p: PassState, job: Job, blocked: frozenset[int]) -> tuple[object, ...
     return key if p.quota is None or not p.quota.limits_any else (*key, job.queue)
 
 
-def _place(
+def place(
     p: PassState,
     gang: Gang,
     blocked: frozenset[int],
@@ -65,7 +65,7 @@ def _place(
     if route is not None:  # each group of pools in the route's order, then any mix of them
         tries, excluded = fences(p.work.tree, route)
         for fenced in tries:
-            placement, _, _ = _place(p, gang, blocked | fenced, upcoming)
+            placement, _, _ = place(p, gang, blocked | fenced, upcoming)
             if placement is not None:
                 why = note_for(p.work.tree, route, placement)
                 notes = (*placement.notes, why) if why else placement.notes
@@ -85,9 +85,7 @@ def _place(
         return placed, () if placed else ("first-fit found no hosts with room",), False
 
 
-def _apart(
-    p: PassState, job: Job, blocked: frozenset[int], route: Route | None
-) -> Placement | None:
+def apart(p: PassState, job: Job, blocked: frozenset[int], route: Route | None) -> Placement | None:
     """``job``'s placement off the hosts that already hold half of its spread group (with it
     counted, rounded up): two jobs of a group go to two hosts, and no host failure takes more
     than half of a group that other hosts have room for. None: there is no such placement
@@ -99,7 +97,7 @@ def _apart(
     full = frozenset(h for h, n in held.items() if n >= cap)
     if not full:
         return None
-    placement, _, _ = _place(p, job.gang, blocked | full, (), route)
+    placement, _, _ = place(p, job.gang, blocked | full, (), route)
     if placement is not None:
         why = f"kept off {len(full)} host(s) holding half of {job.spread}"
         placement = replace(placement, notes=(*placement.notes, why))
@@ -107,7 +105,7 @@ def _apart(
 
 
 def _spread_hosts(p: PassState) -> dict[str, Counter[int]]:
-    """Jobs per host per spread group among the running ones (made once a pass; ``_bind``
+    """Jobs per host per spread group among the running ones (made once a pass; ``bind``
     adds what it binds)."""
     if p.spread is None:
         p.spread = {}
@@ -121,7 +119,7 @@ def _count_spread(spread: dict[str, Counter[int]], group: str, grants: Iterable[
     spread.setdefault(group, Counter()).update({g.host for g in grants})
 
 
-def _repeat(p: PassState, job: Job, shape: tuple[object, ...]) -> Placement | None:
+def repeat(p: PassState, job: Job, shape: tuple[object, ...]) -> Placement | None:
     """The previous job's host for a job of the same shape, when it provably stays the best
     (see ``single.plan_on_host``); None sends the job through the full placement."""
     if p.last_host is None or p.last_host[0] != shape:
@@ -134,7 +132,7 @@ def _repeat(p: PassState, job: Job, shape: tuple[object, ...]) -> Placement | No
     return Placement(job.gang.name, (plan,), plan.cost)
 
 
-def _one_island_replica(gang: Gang, placement: Placement) -> bool:
+def one_island_replica(gang: Gang, placement: Placement) -> bool:
     """Whether ``placement`` is one replica of a one-role gang inside one NVLink island."""
     role = gang.roles[0]
     return (
@@ -145,7 +143,7 @@ def _one_island_replica(gang: Gang, placement: Placement) -> bool:
     )
 
 
-def _bind(
+def bind(
     p: PassState,
     job: Job,
     placement: Placement,
@@ -163,5 +161,5 @@ def _bind(
         _count_spread(_spread_hosts(p), job.spread, grants)
     p.open_gpus = None
     p.last_host = None  # the caller re-arms it for a plain one-host bind
-    _charge(p, job, grants)
+    charge(p, job, grants)
     p.binds.append(Bind(job.id, placement, replicas, borrowed, note, position))

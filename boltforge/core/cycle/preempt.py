@@ -1,12 +1,12 @@
 """Preemption: victims for a blocked job, whether evicting them pays, and the eviction.
 
-Contract. ``_preempt`` runs only under a policy with preemption. It reads the running jobs
+Contract. ``preempt`` runs only under a policy with preemption. It reads the running jobs
 that still hold their allocations (``_alive``), their standing (class, or a finer level under
 LAS or bumping: ``_standing``), the churn budget (``recent``) and ``preempt_attempts`` (it
 spends one per search); it finds the cheapest victims (``core/preempt/``), weighs them
 (``_worth``), and when that pays evicts them (``_evict``: released from ``work``, uncharged
 from ``holdings``, appended to ``evictions`` and ``recent``) and binds the job. It returns
-whether the job started and, if not, why. ``_bumps_nobody`` and ``_bumps_none_of`` answer,
+whether the job started and, if not, why. ``bumps_nobody`` and ``bumps_none_of`` answer,
 without a search, that no job of a class (and standing) can bump anyone; in a pass nobody
 reads the reasons of, ``_room_for_gain`` answers that no search for this job can end in a
 bump that pays (``bump.Margins``, the running jobs' time left, made once per pass).
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from boltforge.core.cycle.admit import _admit
-from boltforge.core.cycle.place import _bind
+from boltforge.core.cycle.admit import admit_placement
+from boltforge.core.cycle.place import bind
 from boltforge.core.cycle.state import PassState
 from boltforge.core.decisions import Evict
 from boltforge.core.model.state import Grant
@@ -44,7 +44,7 @@ from boltforge.core.queueing.quota import reclaimable_for
 from boltforge.core.sharing.place import as_placement, place_shares
 
 
-def _preempt(
+def preempt(
     p: PassState, job: Job, position: int, blocked: frozenset[int], seeker: Job | None = None
 ) -> tuple[bool, tuple[str, ...]]:
     """Evict or shrink the cheapest victims that free a topology-valid placement, when the
@@ -55,7 +55,7 @@ def _preempt(
     a pass nobody reads the reasons of, a spent churn budget (``_churn_spent``) answers at
     once: no search could find victims, and none of the pass's later ones either."""
     finder = seeker or job
-    if _bumps_nobody(p, finder.priority) or (not p.explain and _churn_spent(p)):
+    if bumps_nobody(p, finder.priority) or (not p.explain and _churn_spent(p)):
         return False, ()
     standing = _standing(p, finder)
     alive = _alive(p, standing)
@@ -96,12 +96,12 @@ def _preempt(
     placement = found.placement if seeker is None else _shares_after(p, job, found, blocked)
     if placement is None:
         return False, ()
-    verdict = _admit(p, job, placement)
+    verdict = admit_placement(p, job, placement)
     if not verdict.ok:
         return False, (verdict.reason,)
     _evict(p, job, found)
     note = "; ".join((sentence, *found.explanation))
-    _bind(p, job, placement, position, note=note, borrowed=verdict.borrowed)
+    bind(p, job, placement, position, note=note, borrowed=verdict.borrowed)
     return True, ()
 
 
@@ -113,7 +113,7 @@ def _worth(
     job's own class and not borrowing from its queue (``reclaim``), under the policy's bump
     rule (``worth_bumping``) as well."""
     worth, sentence = preemption_worth_it(found, job, wait)
-    rule = _bump_rule(p.policy)
+    rule = bump_rule(p.policy)
     if rule is None or not worth:
         return worth, sentence
     peers = [
@@ -126,15 +126,15 @@ def _worth(
     return worth_bumping(peers, job, p.now, rule)
 
 
-def _room_for_gain(p: PassState, job: Job, alive: _Alive, reclaim: frozenset[str]) -> bool:
+def _room_for_gain(p: PassState, job: Job, alive: Alive, reclaim: frozenset[str]) -> bool:
     """Whether some running job may be in a search's answer for ``job`` that passes
     ``_worth``, and the GPUs free now and those of every such job add up to ``job``'s GPUs
     (``bump.Margins.room``: open to bumps, and owed to its queue (``reclaim``), of a less
     important class, or a peer the bump rule lets go). False: any answer a search finds names
-    victims (a job that places as things are gets none, and ``_preempt`` says no), and they
+    victims (a job that places as things are gets none, and ``preempt`` says no), and they
     free too little or include one refused or one the rule keeps; the search can be skipped.
     Always True without a bump rule."""
-    rule, margins = _bump_rule(p.policy), alive.margins
+    rule, margins = bump_rule(p.policy), alive.margins
     if rule is None or margins is None or alive.among is None:
         return True
     count, gpus = margins.room(job, needs_s(job, p.now), rule, reclaim, alive.among)
@@ -153,7 +153,7 @@ def _shares_after(
 
 
 @dataclass(frozen=True)
-class _Alive:
+class Alive:
     """The running jobs that still hold their allocations in a pass, as its victim searches
     see them (``_alive``): ``borrowing`` those on borrowed quota (``borrowers`` their ids),
     ``least`` the least important standing among them (None: there are none), ``reachable``
@@ -181,8 +181,8 @@ class _Alive:
         return self.reachable is not None and self.reachable > mine
 
 
-def _alive(p: PassState, standing: dict[str, tuple[int, ...]] | None) -> _Alive:
-    """The pass's ``_Alive``, made at its first victim search and again after an eviction
+def _alive(p: PassState, standing: dict[str, tuple[int, ...]] | None) -> Alive:
+    """The pass's ``Alive``, made at its first victim search and again after an eviction
     (``_evict`` drops it): jobs started in between are no victims and change none of it, and
     the running jobs' ``standing`` is the same at every search of a pass."""
     if p.alive is None:
@@ -196,29 +196,29 @@ def _alive(p: PassState, standing: dict[str, tuple[int, ...]] | None) -> _Alive:
             marks = [(m[0], -1) if s else m for m, s in zip(marks, shielded, strict=True)]
         reachable = max(marks, default=None)
         borrowers = frozenset(r.job.id for r in borrowing)
-        margins = None if _bump_rule(p.policy) is None else _margins(p)
+        margins = None if bump_rule(p.policy) is None else _margins(p)
         among = None if margins is None else margins.holding(p.work.allocations)
-        p.alive = _Alive(jobs, borrowing, borrowers, least, reachable, Screens(), margins, among)
+        p.alive = Alive(jobs, borrowing, borrowers, least, reachable, Screens(), margins, among)
     return p.alive
 
 
-def _bumps_nobody(p: PassState, priority: int) -> bool:
+def bumps_nobody(p: PassState, priority: int) -> bool:
     """Whether a job of class ``priority`` (or a less important one) can bump nobody for
     sure, known without a scan of the running jobs: ranked by class alone (not LAS), nothing
     borrows, and no running job is of a lower class (``max_class`` is taken when the pass
     begins; evictions only lower it)."""
-    if _finer(p.policy) is not None or p.borrowing:
+    if finer_levels(p.policy) is not None or p.borrowing:
         return False
     return p.max_class is None or priority >= p.max_class
 
 
-def _bumps_none_of(p: PassState, priority: int, mark: tuple[int, ...]) -> bool:
+def bumps_none_of(p: PassState, priority: int, mark: tuple[int, ...]) -> bool:
     """Whether no waiting job of class ``priority`` and standing ``mark`` or less important
-    ones can bump anybody in this pass: ``_bumps_nobody``, or the pass's preemption attempts
-    are used up, or no running job borrows or stands lower than ``mark`` (``_preempt``
+    ones can bump anybody in this pass: ``bumps_nobody``, or the pass's preemption attempts
+    are used up, or no running job borrows or stands lower than ``mark`` (``preempt``
     returns before a search for each of them), or the churn budget is spent and every
     victim would free a GPU (each search finds nothing)."""
-    if _bumps_nobody(p, priority) or p.preempt_attempts <= 0 or _churn_spent(p):
+    if bumps_nobody(p, priority) or p.preempt_attempts <= 0 or _churn_spent(p):
         return True
     alive = _alive(p, _running_standing(p))
     return not alive.borrowing and not alive.any_bumpable(mark)
@@ -235,7 +235,7 @@ def _churn_spent(p: PassState) -> bool:
     return p.churn[1]
 
 
-def _rules(policy: Policy) -> PreemptRules:
+def preempt_rules(policy: Policy) -> PreemptRules:
     """The policy's preemption rules; shrinking elastic victims only where it uses elasticity
     (the defaults under a policy that never preempts, which no search then reads)."""
     if policy.preemption is None:
@@ -244,7 +244,7 @@ def _rules(policy: Policy) -> PreemptRules:
     return rules if policy.elastic is not None or not rules.shrink else replace(rules, shrink=False)
 
 
-def _bump_rule(policy: Policy) -> BumpRule | None:
+def bump_rule(policy: Policy) -> BumpRule | None:
     """The policy's rule for bumping a running job of the waiting job's own class (None: it
     preempts across classes only, or never)."""
     return None if policy.preemption is None else policy.preemption.bump
@@ -256,26 +256,26 @@ def _wait(p: PassState, job: Job) -> float | None:
     return later.start_time - p.now if later.start_time is not None else None
 
 
-def _finer(policy: Policy) -> int | None:
+def finer_levels(policy: Policy) -> int | None:
     """How many levels a class splits into when a policy ranks standing finer than class:
     LAS queues under Tiresias, tiers of time left under bumping; None: class alone."""
     if policy.order.by == Ordering.LAS:
         return len(policy.order.las_thresholds) + 1
-    return TIERS if _bump_rule(policy) is not None else None
+    return TIERS if bump_rule(policy) is not None else None
 
 
 def _standing(p: PassState, job: Job) -> dict[str, tuple[int, ...]] | None:
-    """Under a finer standing than class (``_finer``) a job stands at (class, level), so a job
+    """Under a finer standing than class (``finer_levels``) a job stands at (class, level), so a job
     of a lower level may preempt one of its class at a higher level: under Tiresias (LAS
     ordering) the level is its attained-service queue, under bumping the tier of its time
     left; otherwise None (class)."""
     standing = _running_standing(p)
     if standing is not None:
-        standing[job.id] = _own_standing(p.policy, job, p.now)
+        standing[job.id] = own_standing(p.policy, job, p.now)
     return standing
 
 
-def _own_standing(
+def own_standing(
     policy: Policy, job: Job, now: float, started: float | None = None
 ) -> tuple[int, int]:
     """``job``'s (class, level) under ``policy``'s finer standing (``started``: when its
@@ -286,15 +286,15 @@ def _own_standing(
 
 
 def _running_standing(p: PassState) -> dict[str, tuple[int, ...]] | None:
-    """Under a finer standing (``_finer``), the pass's standings (``_standing``), made with
+    """Under a finer standing (``finer_levels``), the pass's standings (``_standing``), made with
     the running jobs' at its first use; otherwise None."""
-    if _finer(p.policy) is None:
+    if finer_levels(p.policy) is None:
         return None
     if p.standing is not None:  # the running jobs' standings, once per pass
         return p.standing
     runs = p.running.values()
     if p.policy.ordering == Ordering.LAS:
-        p.standing = {r.job.id: _own_standing(p.policy, r.job, p.now, r.start_time) for r in runs}
+        p.standing = {r.job.id: own_standing(p.policy, r.job, p.now, r.start_time) for r in runs}
     else:  # bumping: the tier of each one's time left, as the pass's margins have it
         left = _margins(p).left
         p.standing = {r.job.id: (r.job.priority, tier(left[r.job.id])) for r in runs}

@@ -2,11 +2,11 @@
 later jobs must then keep off.
 
 Contract. A full pass reserves a start for as many blocked jobs as the policy's backfill part
-says (``Backfill.depth``; ``_may_reserve``). ``_blocked_hosts`` reads the pass's
+says (``Backfill.depth``; ``reservation_left``). ``blocked_hosts`` reads the pass's
 ``reservations`` and returns the hosts a job must avoid: those reserved for a start before the
-job would finish (a job's own reservation never fences it off); that is backfill. ``_reserve``
+job would finish (a job's own reservation never fences it off); that is backfill. ``reserve``
 and ``_promise`` append a ``Reserve`` and the job's ``Waiting`` (reason RESERVED).
-``_waits_for_tight`` leaves a job waiting for a tight placement that finishes sooner than the
+``waits_for_tight`` leaves a job waiting for a tight placement that finishes sooner than the
 wide one it could take now (the placement part's patience), reserving it in a full pass. None
 of them allocates on ``work``.
 """
@@ -28,30 +28,30 @@ from boltforge.core.placement.place import Decision, Outcome
 from boltforge.core.preempt.text import span
 
 
-def _may_reserve(p: PassState) -> bool:
+def reservation_left(p: PassState) -> bool:
     """Whether the policy's backfill part leaves a reservation to give in this pass."""
     return len(p.reservations) < p.policy.backfill.depth
 
 
-def _blocked_hosts(p: PassState, job: Job) -> frozenset[int]:
+def blocked_hosts(p: PassState, job: Job) -> frozenset[int]:
     """Hosts ``job`` must avoid: those reserved for a start before ``job`` would finish."""
     runtime = job.expected_runtime()
     end = None if runtime is None else p.now + runtime
     fences = _fences(p)
     if job.id in fences.holders:  # its own reservation does not fence it off
-        return _Fences(p.reservations, job.id).before(end)
+        return Fences(p.reservations, job.id).before(end)
     return fences.before(end)
 
 
-def _fences(p: PassState) -> _Fences:
-    """The pass's reservations as ``_Fences``, made again only when one was added (a pass
+def _fences(p: PassState) -> Fences:
+    """The pass's reservations as ``Fences``, made again only when one was added (a pass
     only ever appends reservations)."""
     if p.fences is None or p.fences.count != len(p.reservations):
-        p.fences = _Fences(p.reservations)
+        p.fences = Fences(p.reservations)
     return p.fences
 
 
-class _Fences:
+class Fences:
     """The hosts reserved in ``reservations`` (but those of ``owner``), by start: each union
     of those that start before some time is made once, and the same frozenset (its hash
     known) handed out again."""
@@ -73,7 +73,7 @@ class _Fences:
 _START = attrgetter("start")
 
 
-def _reserve(p: PassState, job: Job, position: int, reasons: tuple[str, ...]) -> bool:
+def reserve(p: PassState, job: Job, position: int, reasons: tuple[str, ...]) -> bool:
     """Reserve the earliest start for ``job`` that no earlier reservation's hosts block."""
     decision = _earliest_unreserved(p, job.gang)
     if decision is None:
@@ -105,7 +105,7 @@ def _promise(
     p.waiting.append(Waiting(job.id, position, WaitReason.RESERVED, detail, start, "reservation"))
 
 
-def _waits_for_tight(
+def waits_for_tight(
     p: PassState, job: Job, placement: Placement, position: int, may_reserve: bool
 ) -> bool:
     """Leave ``job`` waiting for a tight placement instead of starting it on the wider
@@ -118,7 +118,7 @@ def _waits_for_tight(
     if tight is None:
         return False
     runtime = job.expected_runtime()
-    if runtime is None or (may_reserve and not _may_reserve(p)):
+    if runtime is None or (may_reserve and not reservation_left(p)):
         return False
     decision = _earliest_unreserved(p, tight.gang)
     if decision is None or decision.start_time is None or _overdue(p, decision.waits_for):

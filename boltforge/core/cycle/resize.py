@@ -1,16 +1,16 @@
 """Elastic resizing: starting an elastic job smaller, and growing running ones.
 
-Contract. ``_start_smaller`` (elastic part on, the job elastic, the full size blocked) tries
+Contract. ``start_smaller`` (elastic part on, the job elastic, the full size blocked) tries
 sizes down from the request and binds the first that fits when that finishes sooner than
-waiting for the full size; it returns whether it bound. ``_grow`` runs once at the end of a
+waiting for the full size; it returns whether it bound. ``grow_elastic`` runs once at the end of a
 pass: when nobody waits it grows running elastic jobs (``core/elastic.py``) into what is left,
 admitting and charging each growth, and returns the ``Resize`` decisions.
 """
 
 from __future__ import annotations
 
-from boltforge.core.cycle.admit import _admit, _charge
-from boltforge.core.cycle.place import _bind, _place
+from boltforge.core.cycle.admit import admit_placement, charge
+from boltforge.core.cycle.place import bind, place
 from boltforge.core.cycle.state import PassState
 from boltforge.core.decisions import Resize
 from boltforge.core.elastic import grow, growth_id
@@ -21,7 +21,7 @@ from boltforge.core.placement.place import Outcome
 from boltforge.core.preempt.text import span
 
 
-def _start_smaller(p: PassState, job: Job, position: int, blocked: frozenset[int]) -> bool:
+def start_smaller(p: PassState, job: Job, position: int, blocked: frozenset[int]) -> bool:
     """Start an elastic job below its requested size when that finishes sooner than waiting.
 
     Sizes go down from the request to ``elastic[0]`` replicas; the first that fits now is
@@ -33,7 +33,7 @@ def _start_smaller(p: PassState, job: Job, position: int, blocked: frozenset[int
     full = job.gang.roles[0].replicas
     for replicas in range(full - 1, max(job.elastic[0], 1) - 1, -1):
         smaller = job.gang.resized(replicas)
-        placement, _, _ = _place(p, smaller, blocked)
+        placement, _, _ = place(p, smaller, blocked)
         if placement is None:
             continue
         runtime = job.expected_runtime()
@@ -49,25 +49,25 @@ def _start_smaller(p: PassState, job: Job, position: int, blocked: frozenset[int
                     f": finishes in {span(finish_small - p.now)} instead of "
                     f"{span(start_full + runtime - p.now)} waiting for all {full}"
                 )
-        verdict = _admit(p, job, placement)
+        verdict = admit_placement(p, job, placement)
         if not verdict.ok:
             return False
         scaled = runtime * full / replicas if runtime is not None else None
-        _bind(p, job, placement, position, replicas, note, scaled, verdict.borrowed)
+        bind(p, job, placement, position, replicas, note, scaled, verdict.borrowed)
         return True
     return False
 
 
-def _grow(p: PassState) -> list[Resize]:
+def grow_elastic(p: PassState) -> list[Resize]:
     """Grow running elastic jobs (``core/elastic.py``) when no job is left waiting; each
     growth is admitted against its queue's quota and charged like a bind."""
     kept = []
     waiting = len(p.waiting) + p.unseen
     for resize in grow(p.work, tuple(p.running.values()), p.policy, p.now, waiting):
         job = p.running[resize.job].job
-        if not _admit(p, job, resize.added).ok:
+        if not admit_placement(p, job, resize.added).ok:
             continue
         p.work.allocate(Allocation(growth_id(resize.job), resize.added.grants))
-        _charge(p, job, resize.added.grants)
+        charge(p, job, resize.added.grants)
         kept.append(resize)
     return kept

@@ -1,9 +1,9 @@
 """Restarts after a host failure: the GPUs a job kept, and the hold on them.
 
-Contract. ``_release_hold`` gives a waiting job back its held GPUs on ``work`` before it is
-looked at; ``_recover`` restarts it on them (replacing only the lost replicas, outside reserved
-hosts, within quota) and binds it; when the job stays waiting, ``_keep_hold`` holds again what
-is still free and ``_say_held`` adds the hold to its waiting evidence. Each clears
+Contract. ``release_hold`` gives a waiting job back its held GPUs on ``work`` before it is
+looked at; ``recover_held`` restarts it on them (replacing only the lost replicas, outside reserved
+hosts, within quota) and binds it; when the job stays waiting, ``keep_hold`` holds again what
+is still free and ``say_held`` adds the hold to its waiting evidence. Each clears
 ``open_gpus`` when it changes ``work``.
 """
 
@@ -11,16 +11,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from boltforge.core.cycle.admit import _admit
-from boltforge.core.cycle.place import _bind
-from boltforge.core.cycle.reserve import _blocked_hosts
+from boltforge.core.cycle.admit import admit_placement
+from boltforge.core.cycle.place import bind
+from boltforge.core.cycle.reserve import blocked_hosts
 from boltforge.core.cycle.state import PassState
 from boltforge.core.model.state import Allocation, Conflict
 from boltforge.core.model.workload import Job
 from boltforge.core.placement.recovery import recover
 
 
-def _release_hold(p: PassState, job: Job) -> Allocation | None:
+def release_hold(p: PassState, job: Job) -> Allocation | None:
     """Give ``job`` back the GPUs held for its restart after a host failure (None: it has
     no hold in the state)."""
     if job.held is None or job.held.allocation.job not in p.work.allocations:
@@ -29,7 +29,7 @@ def _release_hold(p: PassState, job: Job) -> Allocation | None:
     return p.work.release(job.held.allocation.job)
 
 
-def _recover(p: PassState, job: Job, position: int) -> bool:
+def recover_held(p: PassState, job: Job, position: int) -> bool:
     """Restart a job that lost hosts on the GPUs it kept, replacing only the lost replicas
     with the closest healthy hosts (``core/placement/recovery.py``), outside reserved hosts it would
     delay and within its quota. Returns whether it was bound.
@@ -38,18 +38,18 @@ def _recover(p: PassState, job: Job, position: int) -> bool:
     running out, and the hold is there for exactly this restart."""
     assert job.held is not None
     held = {g.host for g in job.held.allocation.grants}
-    with p.work.fenced(_blocked_hosts(p, job) - held):
+    with p.work.fenced(blocked_hosts(p, job) - held):
         placement = recover(p.work, job.gang, job.held)
     if placement is None:
         return False
-    verdict = _admit(p, job, placement)
+    verdict = admit_placement(p, job, placement)
     if not verdict.ok:
         return False
-    _bind(p, job, placement, position, note=placement.notes[0], borrowed=verdict.borrowed)
+    bind(p, job, placement, position, note=placement.notes[0], borrowed=verdict.borrowed)
     return True
 
 
-def _keep_hold(p: PassState, hold: Allocation) -> None:
+def keep_hold(p: PassState, hold: Allocation) -> None:
     """Hold again what a job that stays waiting was given back (what is still free of it)."""
     grants = tuple(g for g in hold.grants if all(p.work.free[g.host, gpu] for gpu in g.gpus))
     if not grants:
@@ -61,7 +61,7 @@ def _keep_hold(p: PassState, hold: Allocation) -> None:
         return
 
 
-def _say_held(p: PassState, job: Job, hold: Allocation) -> None:
+def say_held(p: PassState, job: Job, hold: Allocation) -> None:
     """Add to a waiting job's evidence which GPUs wait for its restart, and until when."""
     if not p.waiting or p.waiting[-1].job != job.id:
         return

@@ -11,25 +11,25 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from boltforge.core.cycle.admit import _admit
-from boltforge.core.cycle.order import _order
+from boltforge.core.cycle.admit import admit_placement
+from boltforge.core.cycle.order import order_pending
 from boltforge.core.cycle.place import (
-    _apart,
-    _bind,
-    _one_island_replica,
-    _place,
-    _repeat,
-    _shape,
-    _upcoming,
+    apart,
+    bind,
+    one_island_replica,
+    place,
+    repeat,
+    shape_key,
+    upcoming_gangs,
 )
-from boltforge.core.cycle.preempt import _preempt, _rules
-from boltforge.core.cycle.reserve import _blocked_hosts, _may_reserve, _reserve, _waits_for_tight
-from boltforge.core.cycle.resize import _grow, _start_smaller
-from boltforge.core.cycle.restart import _keep_hold, _recover, _release_hold, _say_held
+from boltforge.core.cycle.preempt import preempt, preempt_rules
+from boltforge.core.cycle.reserve import blocked_hosts, reservation_left, reserve, waits_for_tight
+from boltforge.core.cycle.resize import grow_elastic, start_smaller
+from boltforge.core.cycle.restart import keep_hold, recover_held, release_hold, say_held
 from boltforge.core.cycle.snapshot import Snapshot
-from boltforge.core.cycle.state import PassState, _open_gpus
-from boltforge.core.cycle.tail import _Tail
-from boltforge.core.cycle.wait import _classify, _estimate, _hopeless
+from boltforge.core.cycle.state import PassState, count_open_gpus
+from boltforge.core.cycle.tail import Tail
+from boltforge.core.cycle.wait import classify, estimate_start, hopeless
 from boltforge.core.decisions import CycleResult, Reserve, Waiting, WaitReason
 from boltforge.core.model.gang import Gang
 from boltforge.core.model.workload import Job
@@ -51,26 +51,26 @@ def run_cycle(
     ``reservations`` carries promises from an earlier pass that should still hold; a full pass
     normally starts with none and makes its own. ``explain=False`` leaves out what no
     decision depends on, for callers nobody reads it to, such as the simulator: waiting jobs'
-    reasons and start estimates, and any look at a job that cannot start (``_hopeless``);
-    once no job left in the queue can start (``_Tail``) the pass ends, and ``waiting`` lists
+    reasons and start estimates, and any look at a job that cannot start (``hopeless``);
+    once no job left in the queue can start (``Tail``) the pass ends, and ``waiting`` lists
     only the jobs it looked at.
     """
     holdings = snap.own_holdings()
-    ordered, columns, at = _order(snap, policy, holdings)  # 1.
+    ordered, columns, at = order_pending(snap, policy, holdings)  # 1.
     p = _new_pass(snap, policy, holdings)  # 2. snapshot
     p.reservations = list(reservations)
     p.estimates_left = policy.backfill.estimate_waits if explain else 0
     p.explain = explain
-    tail = None if explain else _Tail(ordered, policy, snap.now, columns, at)
+    tail = None if explain else Tail(ordered, policy, snap.now, columns, at)
     # lookahead looks at the jobs before this position
     ahead = len(ordered[: policy.placement.lookahead])
     for position, job in enumerate(ordered):
         if tail is not None and tail.none_can_start(p, position):
             p.unseen = len(ordered) - position  # they wait; nobody reads why
             break
-        upcoming = _upcoming(ordered, position, ahead) if position + 1 < ahead else ()
+        upcoming = upcoming_gangs(ordered, position, ahead) if position + 1 < ahead else ()
         _consider(p, job, position, upcoming=upcoming)  # 3-8, one job at a time
-    resizes = _grow(p)  # 9. grow elastic jobs into what nobody waiting can use
+    resizes = grow_elastic(p)  # 9. grow elastic jobs into what nobody waiting can use
     waiting = p.waiting
     if explain:
         waiting = fill_estimates(waiting, {j.id: j for j in ordered}, p.work, p.now)
@@ -115,7 +115,7 @@ def _new_pass(snap: Snapshot, policy: Policy, holdings: dict[str, dict[str, int]
     p.recent = list(snap.recent_preemptions)
     p.routing = snap.routing
     p.preempt_attempts = 0 if policy.preemption is None else policy.preemption.attempts
-    p.rules = _rules(policy)
+    p.rules = preempt_rules(policy)
     p.max_class = max((r.job.priority for r in snap.running), default=None)
     p.borrowing = any(r.borrowed for r in snap.running)
     return p
@@ -136,13 +136,13 @@ def _consider(
         detail = (f"strict order: waits behind {p.head_blocked}",)
         p.waiting.append(Waiting(job.id, position, WaitReason.BEHIND, detail))
         return
-    hold = _release_hold(p, job)
-    if hold is None or not _recover(p, job, position):
+    hold = release_hold(p, job)
+    if hold is None or not recover_held(p, job, position):
         bound = len(p.binds)
         _consider_one(p, job, position, may_reserve, upcoming)
         if hold is not None and len(p.binds) == bound:
-            _keep_hold(p, hold)
-            _say_held(p, job, hold)
+            keep_hold(p, hold)
+            say_held(p, job, hold)
     if p.policy.order.strict and p.waiting and p.waiting[-1].job == job.id:
         p.head_blocked = job.id
 
@@ -156,11 +156,11 @@ def _consider_one(
     if job.gang.shared:
         _consider_shared(p, job, position)
         return
-    if _hopeless(p, job, may_reserve):
+    if hopeless(p, job, may_reserve):
         p.waiting.append(Waiting(job.id, position, WaitReason.CAPACITY, ()))
         return
-    blocked = _blocked_hosts(p, job)
-    shape = _shape(p, job, blocked)
+    blocked = blocked_hosts(p, job)
+    shape = shape_key(p, job, blocked)
     route = None if p.routing is None else route_job(p.work.tree, job, p.routing, p.now)
     if (
         route is not None
@@ -170,23 +170,23 @@ def _consider_one(
     if failed is not None:
         p.waiting.append(Waiting(job.id, position, *failed, None))
         return
-    placement = None if upcoming or route is not None or job.spread else _repeat(p, job, shape)
+    placement = None if upcoming or route is not None or job.spread else repeat(p, job, shape)
     reasons: tuple[str, ...] = ()
     never = False
     # 3. place; when nobody reads why, a job larger than every free GPU together skips it
-    if placement is None and job.spread and (p.explain or job.gpus <= _open_gpus(p)):
-        placement = _apart(p, job, blocked, route)
-    if placement is None and (p.explain or job.gpus <= _open_gpus(p)):
-        placement, reasons, never = _place(p, job.gang, blocked, upcoming, route)
+    if placement is None and job.spread and (p.explain or job.gpus <= count_open_gpus(p)):
+        placement = apart(p, job, blocked, route)
+    if placement is None and (p.explain or job.gpus <= count_open_gpus(p)):
+        placement, reasons, never = place(p, job.gang, blocked, upcoming, route)
     if placement is not None:
-        if policy.placement.patience and _waits_for_tight(p, job, placement, position, may_reserve):
+        if policy.placement.patience and waits_for_tight(p, job, placement, position, may_reserve):
             return
-        verdict = _admit(p, job, placement)  # 4. admit
+        verdict = admit_placement(p, job, placement)  # 4. admit
         if not verdict.ok:
             p.waiting.append(Waiting(job.id, position, WaitReason.QUOTA, (verdict.reason,)))
             return
-        _bind(p, job, placement, position, borrowed=verdict.borrowed)
-        p.last_host = (shape, placement) if _one_island_replica(job.gang, placement) else None
+        bind(p, job, placement, position, borrowed=verdict.borrowed)
+        p.last_host = (shape, placement) if one_island_replica(job.gang, placement) else None
         return
     if not never and not fits_empty(p.work.tree, job.gang):
         ever = could_ever_fit(p.work.tree, job.gang)
@@ -196,17 +196,17 @@ def _consider_one(
         p.waiting.append(Waiting(job.id, position, WaitReason.NEVER, reasons))
         return
     # 5. start smaller
-    if policy.elastic is not None and job.elastic and _start_smaller(p, job, position, blocked):
+    if policy.elastic is not None and job.elastic and start_smaller(p, job, position, blocked):
         return
     if policy.preemption is not None:  # 6. preempt
-        bumped, why_not = _preempt(p, job, position, blocked)
+        bumped, why_not = preempt(p, job, position, blocked)
         if bumped:
             return
         reasons = (*reasons, *why_not)
-    if may_reserve and _may_reserve(p) and _reserve(p, job, position, reasons):  # 7. reserve
+    if may_reserve and reservation_left(p) and reserve(p, job, position, reasons):  # 7. reserve
         return
-    reason = _classify(p, job, blocked)
-    estimate = _estimate(p, job)
+    reason = classify(p, job, blocked)
+    estimate = estimate_start(p, job)
     basis = "when-and-where" if estimate is not None else ""
     p.failed_shapes.setdefault(shape, (reason, reasons))
     p.waiting.append(Waiting(job.id, position, reason, reasons, estimate, basis))  # 8. wait
@@ -215,16 +215,16 @@ def _consider_one(
 def _consider_shared(p: PassState, job: Job, position: int) -> None:
     """A job of GPU shares (MIG instances, fractions; ``core/sharing/place.py``): bound now;
     else, under a preempting policy, bound on GPUs freed from jobs it may bump, as a job of
-    one whole GPU per replica would free them (``_preempt``); else left waiting. It does not
+    one whole GPU per replica would free them (``preempt``); else left waiting. It does not
     reserve, and like any job it stays off hosts reserved for a start it would delay."""
-    blocked = _blocked_hosts(p, job)
+    blocked = blocked_hosts(p, job)
     with p.work.fenced(blocked):
         plan = place_shares(p.work, job.gang)
     if plan.grants is None:
         reasons = plan.notes
         if not plan.never and p.policy.preemption is not None:
             seeker = replace(job, gang=whole_gpu_gang(p.work.tree, job.gang))
-            bumped, why_not = _preempt(p, job, position, blocked, seeker)
+            bumped, why_not = preempt(p, job, position, blocked, seeker)
             if bumped:
                 return
             reasons = (*reasons, *why_not)
@@ -232,8 +232,8 @@ def _consider_shared(p: PassState, job: Job, position: int) -> None:
         p.waiting.append(Waiting(job.id, position, reason, reasons))
         return
     placement = as_placement(p.work, job.id, job.gang, plan)
-    verdict = _admit(p, job, placement)
+    verdict = admit_placement(p, job, placement)
     if not verdict.ok:
         p.waiting.append(Waiting(job.id, position, WaitReason.QUOTA, (verdict.reason,)))
         return
-    _bind(p, job, placement, position, borrowed=verdict.borrowed)
+    bind(p, job, placement, position, borrowed=verdict.borrowed)

@@ -14,8 +14,8 @@ cycle. Its fields fall into four groups:
   ``unseen``, ``open_gpus``, ``standing``, ``spread``, ``alive``, ``fences``, ``churn``,
   ``margins``.
 
-``_open_gpus`` is the one cache read here: free GPUs on hosts taking work, counted again after
-``_bind``, ``_evict`` or a restart hold cleared it.
+``count_open_gpus`` is the one cache read here: free GPUs on hosts taking work, counted again after
+``bind``, ``_evict`` or a restart hold cleared it.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from boltforge.core.preempt.victims import PreemptRules
 from boltforge.core.queueing.quota import QuotaTree
 
 if TYPE_CHECKING:
-    from boltforge.core.cycle.preempt import _Alive
-    from boltforge.core.cycle.reserve import _Fences
+    from boltforge.core.cycle.preempt import Alive
+    from boltforge.core.cycle.reserve import Fences
 
 
 @dataclass
@@ -47,7 +47,7 @@ class PassState:
     # What the pass was given, set when it begins and never changed: the policy, the time,
     # the running jobs by id, the queue tree (None: no quotas), cost-aware routing's facts
     # (None: routing off), whether anybody reads the reasons (``explain``), the policy's
-    # preemption rules as this pass applies them (``_rules``), the most important class
+    # preemption rules as this pass applies them (``preempt_rules``), the most important class
     # running (``max_class``) and whether any running job borrows quota.
     policy: Policy
     now: float
@@ -81,19 +81,19 @@ class PassState:
     failed_shapes: dict[tuple[object, ...], tuple[WaitReason, tuple[str, ...]]] = field(
         default_factory=dict
     )  # a shape (gang, class, fenced hosts) that did not start, and why
-    last_host: tuple[tuple[object, ...], Placement] | None = None  # ``_repeat``
+    last_host: tuple[tuple[object, ...], Placement] | None = None  # ``repeat``
     open_gpus: int | None = None  # free GPUs on hosts taking work; None: count again
     standing: dict[str, tuple[int, ...]] | None = None  # finer standings by job id
-    spread: dict[str, Counter[int]] | None = None  # jobs per host per spread group (``_apart``)
-    alive: _Alive | None = None  # the running jobs as victim searches see them (``_alive``)
-    fences: _Fences | None = None  # the reservations' hosts, for ``_blocked_hosts``
+    spread: dict[str, Counter[int]] | None = None  # jobs per host per spread group (``apart``)
+    alive: Alive | None = None  # the running jobs as victim searches see them (``_alive``)
+    fences: Fences | None = None  # the reservations' hosts, for ``blocked_hosts``
     churn: tuple[int, bool] | None = None  # ``_churn_spent``, as of that many ``recent``
     margins: Margins | None = None  # the running jobs' time left, under bumping (``_margins``)
 
 
-def _open_gpus(p: PassState) -> int:
+def count_open_gpus(p: PassState) -> int:
     """Free GPUs on hosts that take work, counted once per change of the pass's state (every
-    change goes through ``_bind``, ``_evict`` or a restart hold, which clear the count)."""
+    change goes through ``bind``, ``_evict`` or a restart hold, which clear the count)."""
     if p.open_gpus is None:
         p.open_gpus = int(p.work.host_free[~p.work.cordoned].sum())
     return p.open_gpus

@@ -1,6 +1,6 @@
 """The tail of the queue: when a pass nobody reads the reasons of can stop early.
 
-Contract. ``_Tail`` reads the ordered jobs (or their columns) and the pass's free GPUs,
+Contract. ``Tail`` reads the ordered jobs (or their columns) and the pass's free GPUs,
 reservations, preemption budget and running jobs' standing; it changes nothing in the pass.
 ``none_can_start(p, i)`` is true only when no job from position ``i`` on can start in this pass
 (strict order is blocked, or none fits by size, reserves, takes a path of its own or can bump
@@ -13,11 +13,11 @@ from operator import attrgetter
 
 import numpy as np
 
-from boltforge.core.cycle.order import _JOB_CLASS
-from boltforge.core.cycle.preempt import _bump_rule, _bumps_none_of, _finer, _own_standing
-from boltforge.core.cycle.reserve import _may_reserve
-from boltforge.core.cycle.state import PassState, _open_gpus
-from boltforge.core.cycle.wait import _cannot_start, _own_path
+from boltforge.core.cycle.order import JOB_CLASS
+from boltforge.core.cycle.preempt import bump_rule, bumps_none_of, finer_levels, own_standing
+from boltforge.core.cycle.reserve import reservation_left
+from boltforge.core.cycle.state import PassState, count_open_gpus
+from boltforge.core.cycle.wait import cannot_start, has_own_path
 from boltforge.core.model.topology import IntArray
 from boltforge.core.model.workload import Job
 from boltforge.core.policy import Ordering, Policy
@@ -31,7 +31,7 @@ _HELD, _ELASTIC = attrgetter("held"), attrgetter("elastic")
 _JOB_GPUS = attrgetter("gang.total_gpus")
 
 
-class _Tail:
+class Tail:
     """What the jobs from each queue position to the end need at least, so that a pass
     nobody reads the reasons of can stop once none of them can start: the fewest GPUs any of
     them wants, the most important class and standing among them, and whether any is
@@ -66,28 +66,28 @@ class _Tail:
     def none_can_start(self, p: PassState, i: int) -> bool:
         """Whether no job from position ``i`` on can start in this pass: strict order is
         blocked, or none of them can start by size, reserve, take a path of its own or bump
-        a running job (``_bumps_none_of``)."""
+        a running job (``bumps_none_of``)."""
         if p.head_blocked is not None:
             return True
         job = self.ordered[i]
-        if job.gpus <= _open_gpus(p) or _own_path(self.policy, job):
+        if job.gpus <= count_open_gpus(p) or has_own_path(self.policy, job):
             return False  # this one may start, so the rest are not ruled out
         if self.policy.order.strict and not job.gang.shared:  # it waits, and all behind it
-            return _cannot_start(p, job.gpus, job.priority, False, True)
-        if _may_reserve(p):
+            return cannot_start(p, job.gpus, job.priority, False, True)
+        if reservation_left(p):
             return False
         k = i - self._start(i)
         min_gpus, own_path = self._fit_suffixes()
-        if own_path[k] or min_gpus[k] <= _open_gpus(p):
+        if own_path[k] or min_gpus[k] <= count_open_gpus(p):
             return False
         if p.policy.preemption is None:
             return True
         min_class, min_mark = self._rank_suffixes()
-        return _bumps_none_of(p, int(min_class[k]), self._mark(int(min_mark[k])))
+        return bumps_none_of(p, int(min_class[k]), self._mark(int(min_mark[k])))
 
     def _mark(self, code: int) -> tuple[int, ...]:
         """The standing a ``_standing_code`` stands for."""
-        finer = _finer(self.policy)
+        finer = finer_levels(self.policy)
         return (code,) if finer is None else divmod(code, finer)
 
     def _start(self, i: int) -> int:
@@ -130,7 +130,7 @@ class _Tail:
         if self._ranks is None:
             jobs, columns = self.ordered[self._base :], self._columns()
             if columns is None:
-                klass = np.fromiter(map(_JOB_CLASS, jobs), np.int64, len(jobs))
+                klass = np.fromiter(map(JOB_CLASS, jobs), np.int64, len(jobs))
                 queues = None
             else:
                 klass = columns.priority
@@ -144,20 +144,20 @@ class _Tail:
 
 
 def _own_paths(jobs: list[Job], policy: Policy) -> np.ndarray:
-    """``_own_path`` of each of ``jobs``, as booleans (no job is looked at one by one when
+    """``has_own_path`` of each of ``jobs``, as booleans (no job is looked at one by one when
     none has a hold and none is elastic or the policy uses no elasticity)."""
     n = len(jobs)
     no_holds = not any(map(_HELD, jobs))  # a ``Hold`` is always true
     if no_holds and (policy.elastic is None or list(map(_ELASTIC, jobs)).count(None) == n):
         return np.zeros(n, dtype=np.bool_)
-    return np.fromiter((_own_path(policy, j) for j in jobs), np.bool_, n)
+    return np.fromiter((has_own_path(policy, j) for j in jobs), np.bool_, n)
 
 
 def _sublevels(columns: QueueColumns, policy: Policy, now: float) -> IntArray | None:
-    """Each waiting job's level inside its class (``_finer``), read off its ``columns``."""
+    """Each waiting job's level inside its class (``finer_levels``), read off its ``columns``."""
     if policy.order.by == Ordering.LAS:
         return las_queues(columns, policy, now)
-    if _bump_rule(policy) is None:
+    if bump_rule(policy) is None:
         return None
     left = columns.work / np.maximum(columns.gpus, 1)
     return np.fromiter(map(tier, left.tolist()), np.int64, len(columns))
@@ -167,12 +167,12 @@ def _standing_codes(
     jobs: list[Job], policy: Policy, now: float, klass: IntArray, levels: IntArray | None
 ) -> IntArray:
     """Each waiting job's standing (``_standing``) as one integer ordered as the standings
-    are: its class, or under a finer standing (``_finer``) its class times the number of
-    levels plus its level (``_Tail._mark`` turns a code back). ``levels``: the jobs' levels,
+    are: its class, or under a finer standing (``finer_levels``) its class times the number of
+    levels plus its level (``Tail._mark`` turns a code back). ``levels``: the jobs' levels,
     when the caller has them."""
-    finer = _finer(policy)
+    finer = finer_levels(policy)
     if finer is None:
         return klass
     if levels is None:
-        levels = np.fromiter((_own_standing(policy, j, now)[1] for j in jobs), np.int64, len(jobs))
+        levels = np.fromiter((own_standing(policy, j, now)[1] for j in jobs), np.int64, len(jobs))
     return klass * finer + levels

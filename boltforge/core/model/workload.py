@@ -40,7 +40,7 @@ class Job:
     replacing only the lost hosts; see ``core/placement/recovery.py``). ``spread``: no host
     holds more than half of the jobs of one non-empty group (rounded up: two go to two hosts)
     when other hosts have room, so one host failure takes at most half of an inference service's
-    replicas while the rest still pack (``_apart`` in ``core/cycle/place.py``).
+    replicas while the rest still pack (``apart`` in ``core/cycle/place.py``).
     """
 
     id: str

@@ -521,13 +521,13 @@ def test_repeating_the_last_host_changes_no_decision(
     pending = tuple(job(f"j{i}", g, float(i), limit) for i, (g, limit) in enumerate(sizes))
     snap = Snapshot(state, pending, (), 0.0)
     fast = run_cycle(snap, POLICIES[name])
-    names = vars(cycle_module)  # where the pass looks ``_repeat`` up
-    original = names["_repeat"]
-    names["_repeat"] = lambda p, job, shape: None
+    names = vars(cycle_module)  # where the pass looks ``repeat`` up
+    original = names["repeat"]
+    names["repeat"] = lambda p, job, shape: None
     try:
         slow = run_cycle(snap, POLICIES[name])
     finally:
-        names["_repeat"] = original
+        names["repeat"] = original
     assert [(b.job, b.placement.grants) for b in fast.binds] == [
         (b.job, b.placement.grants) for b in slow.binds
     ]
