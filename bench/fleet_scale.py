@@ -8,10 +8,7 @@ above (``--fleet`` names another); the first ``--hosts`` hosts of it are registe
 ``--running`` and ``--pending`` are given, they are 1,900 and 5,000 up to 2,048 hosts, and above
 it 12,000 and 20,000 per 12,500 hosts, in proportion. A run at 12,500 hosts takes far longer
 than one at 2,048 (every setup step grows with the fleet); fewer samples keep it short, e.g.
-``--hosts 12500 --db sqlite --arrivals 20 --preemptions 5 --full-passes 5``. Every running
-gang holds one of the server's 10,000 rendezvous ports (``boltforge.control.nodes.launch``),
-fleet-wide, so until that changes the fill stalls beyond 10,000 running jobs: pass e.g.
-``--running 9500`` to measure the rest.
+``--hosts 12500 --db sqlite --arrivals 20 --preemptions 5 --full-passes 5``.
 
 Each store gets a fresh server (a subprocess, as ``LocalCluster`` starts it) on a fresh store in
 a temporary directory (PostgreSQL: a throwaway ``initdb`` server on 127.0.0.1), one after the

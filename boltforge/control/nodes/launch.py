@@ -8,7 +8,9 @@ backend, through its ``Launcher``:
 - ``rendezvous(slots, ports)`` returns each rank's environment (in rank order): the
   variables the job's launcher reads to form its process group. The native backend speaks
   torchrun's (``MASTER_ADDR``/``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ...),
-  with one free port per gang from ``FIRST_PORT`` up. A Slurm backend would hand the gang to
+  with one free port per gang from ``FIRST_PORT`` up on its master's address (rank 0's
+  node): a port need only be unique where it is opened, so the range bounds the gangs whose
+  rank 0 shares one node, never the gangs of the fleet. A Slurm backend would hand the gang to
   ``srun`` and let it set ``SLURM_PROCID`` and friends; a Kubernetes backend would use a
   headless service's DNS name.
 - ``picks_devices``: False when the node runs each replica on exactly the GPU indices the
@@ -27,6 +29,9 @@ from typing import Protocol
 FIRST_PORT = 29500
 PORT_RANGE = 10_000
 
+# The rendezvous ports in use, by master address (``MASTER_ADDR``).
+Ports = dict[str, set[int]]
+
 
 @dataclass(frozen=True, slots=True)
 class Slot:
@@ -44,9 +49,9 @@ class Launcher(Protocol):
 
     picks_devices: bool
 
-    def rendezvous(self, slots: Sequence[Slot], ports: set[int]) -> list[dict[str, str]]:
+    def rendezvous(self, slots: Sequence[Slot], ports: Ports) -> list[dict[str, str]]:
         """Each rank's environment, in the order of ``slots``. ``ports`` are the rendezvous
-        ports in use; one this gang takes is added to it."""
+        ports in use by address; one this gang takes is added to its master's."""
         ...
 
 
@@ -55,11 +60,12 @@ class TorchrunLauncher:
 
     picks_devices = False
 
-    def rendezvous(self, slots: Sequence[Slot], ports: set[int]) -> list[dict[str, str]]:
+    def rendezvous(self, slots: Sequence[Slot], ports: Ports) -> list[dict[str, str]]:
         """``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``,
-        ``MASTER_ADDR`` and ``MASTER_PORT`` for each slot."""
-        port = free_port(ports)
+        ``MASTER_ADDR`` and ``MASTER_PORT`` for each slot: the master is rank 0's node, the
+        port the lowest free one there."""
         master = slots[0].address if slots else "127.0.0.1"
+        port = free_port(ports.setdefault(master, set()))
         seen: dict[str, int] = {}
         local_ranks = []
         for s in slots:  # each node's ranks, in the order of ``slots``: 0, 1, ...
@@ -82,15 +88,18 @@ class TorchrunLauncher:
 
 
 def free_port(ports: set[int]) -> int:
-    """The lowest rendezvous port from ``FIRST_PORT`` not in ``ports``, now added to it."""
+    """The lowest rendezvous port from ``FIRST_PORT`` not in ``ports`` (those in use on one
+    address), now added to it."""
     port = next((p for p in range(FIRST_PORT, FIRST_PORT + PORT_RANGE) if p not in ports), None)
     if port is None:
         raise PortsExhausted(
-            f"all {PORT_RANGE} rendezvous ports from {FIRST_PORT} are in use by running gangs"
+            f"all {PORT_RANGE} rendezvous ports from {FIRST_PORT} on one node are in use by "
+            "running gangs whose rank 0 runs there"
         )
     ports.add(port)
     return port
 
 
 class PortsExhausted(RuntimeError):
-    """Every rendezvous port is taken: more gangs run at once than the port range allows."""
+    """Every rendezvous port of one address is taken: more gangs with their rank 0 on one
+    node run at once than the port range allows."""

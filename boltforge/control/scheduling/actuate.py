@@ -11,7 +11,7 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, or_, select, update
 from sqlalchemy.orm import Session
 
-from boltforge.control.nodes.launch import Launcher, Slot, TorchrunLauncher
+from boltforge.control.nodes.launch import Launcher, Ports, Slot, TorchrunLauncher
 from boltforge.control.scheduling import intent
 from boltforge.control.scheduling.lifecycle import HOLDING, WAITING, record, transition
 from boltforge.control.scheduling.world import World
@@ -221,7 +221,7 @@ def bind(
     row: JobRow,
     b: Bind,
     settings: Settings,
-    ports: set[int],
+    ports: Ports,
     victims: list[str],
 ) -> Touched:
     """Start a new allocation epoch for ``row`` (``b.job``): one ``waiting`` replica per
@@ -265,7 +265,7 @@ def _new_epoch(
     row: JobRow,
     grants: list[Grant],
     settings: Settings,
-    ports: set[int],
+    ports: Ports,
 ) -> tuple[list[str], int]:
     """Start allocation epoch ``row.epoch + 1`` on ``grants``: one ``waiting`` replica per
     grant (rank = its place in ``grants``), with the rendezvous the backend's launcher

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from boltforge.control.nodes.launch import Ports
 from boltforge.control.scheduling.fleet import Fleet, build_fleet
 from boltforge.control.scheduling.interruptions import routing_facts
 from boltforge.control.scheduling.lifecycle import HOLDING, WAITING
@@ -81,7 +82,7 @@ class World:
     routing: RoutingFacts | None = None
     holds: dict[str, Hold] = field(default_factory=dict)
     quota: QuotaTree | None = None
-    ports: set[int] = field(default_factory=set)
+    ports: Ports = field(default_factory=dict)  # rendezvous ports in use, by address
     changes: int = 0  # binds counted in since it was read (incremental passes)
     estimate: Callable[[str, str, int], float | None] | None = None  # Mirror.estimate
     typical: Callable[[str, str, int, float | None], float | None] | None = None  # Mirror.typical
@@ -199,7 +200,7 @@ def load_world(
     routing = _routing(fleet, caches)
     world = World(fleet, state, nodes, rows, [], [], by_job, {}, now, routing)
     world.estimate, world.typical = mirror.estimate, mirror.typical
-    world.ports = {r.port for reps in by_job.values() for r in reps if r.port is not None}
+    world.ports = _ports(by_job)
     recovering = [r for r in rows.values() if r.state in WAITING and r.recovery_hold is not None]
     _hold(world, caches, lambda: _recovery_holds(world, recovering, hold_s))
     _others(world)
@@ -228,6 +229,16 @@ def _add_pending(world: World, ids: list[str], caches: Caches) -> None:
         if job is not None:
             held = world.holds.get(row.id)
             world.pending.append(job if held is None else replace(job, held=held))
+
+
+def _ports(by_job: dict[str, list[LiveReplica]]) -> Ports:
+    """The rendezvous ports the replicas' gangs hold, by master address."""
+    ports: Ports = {}
+    for reps in by_job.values():
+        for r in reps:
+            if (held := r.rendezvous) is not None:
+                ports.setdefault(held[0], set()).add(held[1])
+    return ports
 
 
 def degraded(node: NodeRow | LiveNode, now: float) -> bool:

@@ -108,10 +108,11 @@ class LiveReplica:
         return float(self.spec.get("grace_s", 30.0))
 
     @property
-    def port(self) -> int | None:
-        """The rendezvous port the replica's gang uses (None: none)."""
-        port = (self.spec.get("env") or {}).get("MASTER_PORT")
-        return int(port) if port is not None else None
+    def rendezvous(self) -> tuple[str, int] | None:
+        """The master address and rendezvous port the replica's gang uses (None: none)."""
+        env = self.spec.get("env") or {}
+        port = env.get("MASTER_PORT")
+        return (str(env.get("MASTER_ADDR", "")), int(port)) if port is not None else None
 
 
 Live = LiveNode | LiveJob | LiveReplica

@@ -12,6 +12,7 @@ from boltforge.control.nodes.launch import (
     FIRST_PORT,
     PORT_RANGE,
     Launcher,
+    Ports,
     PortsExhausted,
     Slot,
     TorchrunLauncher,
@@ -43,7 +44,7 @@ def test_the_torchrun_launcher_is_a_launcher_that_uses_the_scheduler_s_gpus() ->
 
 
 def test_each_rank_gets_torchrun_s_variables_in_slot_order() -> None:
-    env = TorchrunLauncher().rendezvous(gang("n1", "n1", "n2", "n2"), set())
+    env = TorchrunLauncher().rendezvous(gang("n1", "n1", "n2", "n2"), {})
     assert [set(e) for e in env] == [KEYS] * 4
     assert [e["RANK"] for e in env] == ["0", "1", "2", "3"]
     assert {e["WORLD_SIZE"] for e in env} == {"4"}
@@ -65,43 +66,63 @@ def test_each_rank_gets_torchrun_s_variables_in_slot_order() -> None:
 def test_local_ranks_count_within_each_node(
     nodes: tuple[str, ...], local: list[int], local_world: list[int]
 ) -> None:
-    env = TorchrunLauncher().rendezvous(gang(*nodes), set())
+    env = TorchrunLauncher().rendezvous(gang(*nodes), {})
     assert [int(e["LOCAL_RANK"]) for e in env] == local
     assert [int(e["LOCAL_WORLD_SIZE"]) for e in env] == local_world
 
 
 def test_every_rank_meets_at_rank_zero_s_address() -> None:
     slots = gang("n3", "n1", "n2")
-    env = TorchrunLauncher().rendezvous(slots, set())
+    env = TorchrunLauncher().rendezvous(slots, {})
     assert {e["MASTER_ADDR"] for e in env} == {slots[0].address} == {"10.0.0.3"}
 
 
-def test_a_gang_takes_the_first_port_and_records_it() -> None:
-    ports: set[int] = set()
+def test_a_gang_takes_the_first_port_of_its_master_and_records_it() -> None:
+    ports: Ports = {}
     env = TorchrunLauncher().rendezvous(gang("n1", "n2"), ports)
     assert {e["MASTER_PORT"] for e in env} == {str(FIRST_PORT)}
-    assert ports == {FIRST_PORT}
+    assert ports == {"10.0.0.1": {FIRST_PORT}}
 
 
-def test_gangs_started_one_after_another_get_distinct_ports() -> None:
-    launcher, ports = TorchrunLauncher(), set[int]()
+def test_gangs_with_one_master_started_one_after_another_get_distinct_ports() -> None:
+    launcher, ports = TorchrunLauncher(), Ports()
     seen = [launcher.rendezvous(gang("n1"), ports)[0]["MASTER_PORT"] for _ in range(5)]
     assert seen == [str(FIRST_PORT + i) for i in range(5)]
-    assert ports == set(range(FIRST_PORT, FIRST_PORT + 5))
+    assert ports == {"10.0.0.1": set(range(FIRST_PORT, FIRST_PORT + 5))}
+
+
+def test_gangs_with_other_masters_reuse_a_port() -> None:
+    launcher, ports = TorchrunLauncher(), Ports()
+    first = launcher.rendezvous(gang("n1", "n2"), ports)
+    second = launcher.rendezvous(gang("n2", "n1"), ports)
+    assert first[0]["MASTER_PORT"] == second[0]["MASTER_PORT"] == str(FIRST_PORT)
+    assert (first[0]["MASTER_ADDR"], second[0]["MASTER_ADDR"]) == ("10.0.0.1", "10.0.0.2")
+
+
+def test_the_range_bounds_one_master_never_the_fleet() -> None:
+    """More gangs than the range holds ports run at once, each with rank 0 on its own node;
+    only a node that is rank 0 of a whole range of gangs runs out."""
+    launcher, ports = TorchrunLauncher(), Ports()
+    for n in range(PORT_RANGE + 1):
+        env = launcher.rendezvous(gang(f"n{n}"), ports)
+        assert env[0]["MASTER_PORT"] == str(FIRST_PORT)
+    ports["10.0.0.0"] = set(range(FIRST_PORT, FIRST_PORT + PORT_RANGE))
+    with pytest.raises(PortsExhausted, match="on one node"):
+        launcher.rendezvous(gang("n0"), ports)
 
 
 def test_ports_in_use_are_skipped_and_a_freed_one_is_reused() -> None:
-    ports = {FIRST_PORT, FIRST_PORT + 1, FIRST_PORT + 3}
+    ports = {"10.0.0.1": {FIRST_PORT, FIRST_PORT + 1, FIRST_PORT + 3}}
     env = TorchrunLauncher().rendezvous(gang("n1", "n1"), ports)
     assert env[0]["MASTER_PORT"] == str(FIRST_PORT + 2)
-    ports.discard(FIRST_PORT)
-    assert free_port(ports) == FIRST_PORT
+    ports["10.0.0.1"].discard(FIRST_PORT)
+    assert free_port(ports["10.0.0.1"]) == FIRST_PORT
 
 
 def test_an_empty_gang_gets_no_environment_but_still_takes_a_port() -> None:
-    ports: set[int] = set()
+    ports: Ports = {}
     assert TorchrunLauncher().rendezvous([], ports) == []
-    assert ports == {FIRST_PORT}
+    assert ports == {"127.0.0.1": {FIRST_PORT}}
 
 
 def test_free_port_takes_the_lowest_port_not_in_use() -> None:
@@ -125,8 +146,9 @@ def test_free_port_uses_the_last_port_of_the_range_then_runs_out() -> None:
 def test_any_gang_s_local_ranks_on_each_node_are_zero_to_k_minus_one(
     nodes: list[str], used: set[int]
 ) -> None:
-    ports = set(used)
-    env = TorchrunLauncher().rendezvous(gang(*nodes), ports)
+    slots = gang(*nodes)
+    ports = {slots[0].address: set(used)}
+    env = TorchrunLauncher().rendezvous(slots, ports)
     per_node: dict[str, list[int]] = {}
     for node, e in zip(nodes, env, strict=True):
         per_node.setdefault(node, []).append(int(e["LOCAL_RANK"]))
@@ -137,4 +159,4 @@ def test_any_gang_s_local_ranks_on_each_node_are_zero_to_k_minus_one(
     [port] = {int(e["MASTER_PORT"]) for e in env}
     assert port not in used
     assert all(p in used for p in range(FIRST_PORT, port))
-    assert ports == used | {port}
+    assert ports == {slots[0].address: used | {port}}

@@ -130,15 +130,19 @@ def test_a_job_resized_in_place_holds_its_new_epoch_and_the_old_one_drains() -> 
     assert free_on(world, "host-0") == 0
 
 
-def test_the_rendezvous_ports_in_use_are_collected_from_the_holders() -> None:
+def test_the_rendezvous_ports_in_use_are_collected_by_master_address_from_the_holders() -> None:
+    def env(addr: str, port: str) -> dict[str, object]:
+        return {"env": {"MASTER_ADDR": addr, "MASTER_PORT": port}}
+
     reps = [
-        live_replica("1", "host-0", [0], spec={"env": {"MASTER_PORT": "29500"}}),
-        live_replica("2", "host-1", [0], spec={"env": {"MASTER_PORT": "29503"}}),
+        live_replica("1", "host-0", [0], spec=env("10.0.0.1", "29500")),
+        live_replica("2", "host-1", [0], spec=env("10.0.0.2", "29503")),
         live_replica("3", "host-1", [1], spec={"env": {}}),
+        live_replica("4", "host-1", [2], spec=env("10.0.0.2", "29500")),
     ]
-    jobs = [live_job(j, state="running", bound_at=NOW) for j in ("1", "2", "3")]
+    jobs = [live_job(j, state="running", bound_at=NOW) for j in ("1", "2", "3", "4")]
     world = load_world(mirror_of(TWO, jobs, reps), NOW, Caches())
-    assert world.ports == {29500, 29503}
+    assert world.ports == {"10.0.0.1": {29500}, "10.0.0.2": {29500, 29503}}
 
 
 # -- GPUs held for a restart ----------------------------------------------------------------

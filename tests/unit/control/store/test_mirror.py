@@ -73,7 +73,7 @@ def replica(rid: str = "1.1.0", state: str = "waiting", **extra: Any) -> Replica
         "node": "host-0",
         "gpus": [0, 1],
         "state": state,
-        "spec": {"grace_s": 45.0, "env": {"MASTER_PORT": "29500"}},
+        "spec": {"grace_s": 45.0, "env": {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}},
     }
     return ReplicaRow(**{**values, **extra})
 
@@ -92,7 +92,7 @@ def test_committed_rows_land_with_their_derived_fields(store: tuple[Database, Mi
         s.flush()
         s.add(replica())
     rep = mirror.replicas["1.1.0"]
-    assert (rep.grace_s, rep.port, rep.gpus) == (45.0, 29500, [0, 1])
+    assert (rep.grace_s, rep.rendezvous, rep.gpus) == (45.0, ("10.0.0.1", 29500), [0, 1])
     assert mirror.held_on("host-0") == [rep]
     assert mirror.jobs["1"].state == "scheduled"
     assert fresh(db).replicas == mirror.replicas

@@ -169,20 +169,20 @@ def test_replicas_on_a_node_come_by_id_and_by_job_in_epoch_then_rank_order(
 
 
 @pytest.mark.parametrize(
-    ("spec", "grace", "port"),
+    ("spec", "grace", "rendezvous"),
     [
         ({}, 30.0, None),
         ({"grace_s": 120}, 120.0, None),
-        ({"env": {"MASTER_PORT": "29501"}}, 30.0, 29501),
+        ({"env": {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29501"}}, 30.0, ("10.0.0.1", 29501)),
         ({"env": None}, 30.0, None),
     ],
     ids=["defaults", "its own grace", "a rendezvous port", "no environment"],
 )
-def test_a_replicas_grace_and_port_come_from_its_spec(
-    spec: dict[str, Any], grace: float, port: int | None
+def test_a_replicas_grace_and_rendezvous_come_from_its_spec(
+    spec: dict[str, Any], grace: float, rendezvous: tuple[str, int] | None
 ) -> None:
     rep = LiveReplica(id="1.1.0", spec=spec)
-    assert (rep.grace_s, rep.port) == (grace, port)
+    assert (rep.grace_s, rep.rendezvous) == (grace, rendezvous)
 
 
 # -- through the store -----------------------------------------------------------------------
