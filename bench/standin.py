@@ -53,9 +53,17 @@ def auth(token: str) -> dict[str, str]:
 # ---- the fleet: hosts registered as stand-in agents ------------------------------------------
 
 
+def address(index: int) -> str:
+    """A private address of its own for the fleet's ``index``-th host (``10.x.y.z``), as each
+    real host has: a gang's rendezvous port is unique per master address. Stand-ins run no
+    processes, so nothing connects to it."""
+    return f"10.{(index >> 16) & 255}.{(index >> 8) & 255}.{index & 255}"
+
+
 def inventories(spec: FleetSpec) -> list[Inventory]:
-    """Every host of the fleet as its agent would declare it (names as ``FleetSpec.to_tree``)."""
-    out = []
+    """Every host of the fleet as its agent would declare it (names as ``FleetSpec.to_tree``,
+    each with its own ``address``)."""
+    out: list[Inventory] = []
     for pool in spec.pools:
         for p, r, h in pool.layout.places():
             rack = f"{pool.name}-p{p}-r{r:02d}"
@@ -74,6 +82,7 @@ def inventories(spec: FleetSpec) -> list[Inventory]:
                     rack=rack,
                     tier=pool.tier.value,
                     price_per_gpu_hour=pool.price_per_gpu_hour,
+                    address=address(len(out)),
                 )
             )
     return out
