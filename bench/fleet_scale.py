@@ -54,8 +54,10 @@ The scenario, in order, everything through the public HTTP API:
    with action ``stop`` (when a real agent sends SIGTERM). The agent then reports the victim
    exited, both jobs are cancelled, the host is emptied, and the next round starts
    (``--preemptions`` rounds). ``detail.preempt_world_reads`` counts the worlds the server
-   rebuilt from memory for incremental passes during the rounds, and
-   ``detail.world_read_ms`` is its figure for such a rebuild (``loop.world_read_ms``).
+   read whole from memory for incremental passes during the rounds, and
+   ``detail.world_read_ms`` is its figure for such a read (``loop.world_read_ms``);
+   ``detail.world_refresh_ms`` its figure for bringing the world up to date by the changes
+   instead (``loop.world_refresh_ms``).
 8. **full_pass_ms**: p50 and p99 of the scheduler's full passes as the server reports them in
    ``GET /v1/fleet`` (``loop.full_pass_ms``: ``p50``, ``p99`` and ``count`` over its last
    passes), read once the server has run at least ``--full-passes`` more full passes with the
@@ -657,6 +659,7 @@ class Bench:
         now = fleet(self.api)
         self.detail["preempt_world_reads"] = world_reads(now) - reads
         self.detail["world_read_ms"] = (now.get("loop") or {}).get("world_read_ms")
+        self.detail["world_refresh_ms"] = (now.get("loop") or {}).get("world_refresh_ms")
         self.say(f"high-priority submit to the victim's stop: {self.out['preempt_signal_ms']}")
 
     def desired(self, node: str, since: int = -1, wait: float = 0.0) -> dict[str, Any]:

@@ -259,7 +259,8 @@ class LoopOut(_Reply):
 
     full_pass_ms: Spread = Spread()
     pass_ms: Spread = Spread()
-    world_read_ms: Spread = Spread()  # rebuilding an incremental pass's world from memory
+    world_read_ms: Spread = Spread()  # reading an incremental pass's world whole from memory
+    world_refresh_ms: Spread = Spread()  # bringing it up to date by the mirror's changes
     full_passes: int = 0
     binds: int = 0
     evictions: int = 0

@@ -23,9 +23,11 @@ from sqlalchemy import create_engine, select, text
 
 from boltforge.control.app import create_app
 from boltforge.control.runtime import Runtime, ServerConfig
+from boltforge.control.scheduling.world import Caches, World, load_world, refresh_world
 from boltforge.control.store.invariants import double_allocations
 from boltforge.control.store.mirror import Mirror
 from boltforge.control.store.models import ReplicaRow
+from boltforge.core.model.state import Grant
 from boltforge.core.preempt.victims import PreemptRules
 from boltforge.testing.postgres import binaries, postgres
 from boltforge.wire.agent import DesiredState, ReplicaSpec
@@ -57,6 +59,61 @@ def mirror_agrees(rt: Runtime) -> None:
         for table in ("nodes", "jobs", "replicas"):
             mine, theirs = getattr(rt.mirror, table), getattr(fresh, table)
             assert mine == theirs, f"the mirror's {table} differ from the store's"
+
+
+def world_agrees(rt: Runtime) -> None:
+    """Assert that the world the scheduler keeps current by the mirror's changes
+    (``refresh_world``), brought up to date now, holds what a whole read of the mirror
+    would: every allocation and its grants, the free GPUs, who runs, the recovery holds, the
+    rendezvous ports, the cordoned and degraded hosts and the holdings per queue."""
+    sched = rt.scheduler
+    with sched.lock:
+        live = sched._world
+        if live is None:
+            return
+        live.now = rt.clock()
+        if live.now >= live.stale_at:
+            sched._world = None
+            return
+        hold = sched.recovery_hold_s
+        if sched._world_version != rt.mirror.version:
+            version = refresh_world(live, rt.mirror, sched.caches, sched._world_version, hold)
+            if version is None:  # it reads the world whole then: nothing to compare
+                sched._world = None
+                return
+            sched._world_version = version
+        whole = load_world(rt.mirror, live.now, Caches(), hold_s=hold)
+        mine, theirs = _held(live), _held(whole)
+        differ = [k for k in mine if mine[k] != theirs[k]]
+        shown = [(k, mine[k], theirs[k]) for k in differ]
+        assert not differ, f"the world kept current differs from a whole read: {shown}"
+
+
+def _held(world: World) -> dict[str, Any]:
+    state = world.state
+    return {
+        "allocations": {k: _grants(a.grants) for k, a in state.allocations.items()},
+        "free": state.free.tolist(),
+        "running": sorted(r.job.id for r in world.running),
+        "holds": sorted(world.holds),
+        "ports": {addr: sorted(p) for addr, p in world.ports.items() if p},
+        "cordoned": state.cordoned.tolist(),
+        "degraded": state.degraded.tolist(),
+        "holdings": {
+            q: {pool: n for pool, n in pools.items() if n}
+            for q, pools in world.holdings().items()
+            if any(pools.values())
+        },
+    }
+
+
+def _grants(grants: tuple[Grant, ...]) -> list[tuple[object, ...]]:
+    """What a grant holds (a bind numbers replicas within their role, a read by rank)."""
+    held = [
+        (g.role, g.host, g.gpus, float(g.cpus), float(g.memory_gb), float(g.storage_gb), g.share)
+        for g in grants
+    ]
+    return sorted(held, key=repr)
 
 
 def make_spec(name: str, gpus: int, team: str = "research", **extra: Any) -> dict[str, Any]:
@@ -228,7 +285,8 @@ class Fleet:
     def settle(self) -> None:
         """Run scheduling passes until nothing changes (as the loop would on its wake-ups).
         Every scenario checks on the way that the in-memory world the passes read is the
-        store's live part exactly (``mirror_agrees``)."""
+        store's live part exactly (``mirror_agrees``), and that the world kept current by
+        its changes is what a whole read would give (``world_agrees``)."""
         scheduler = self.rt.scheduler
         for _ in range(5):
             touched = scheduler.pass_once()  # it wakes the nodes it touched
@@ -242,6 +300,7 @@ class Fleet:
             if scheduler.wanted() == (0, False):
                 break
         mirror_agrees(self.rt)
+        world_agrees(self.rt)
 
     def job(self, job_id: str, headers: dict[str, str] = ADMIN) -> JobDetail:
         r = self.http.get(f"/v1/jobs/{job_id}", headers=headers)

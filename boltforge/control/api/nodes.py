@@ -150,6 +150,7 @@ def fleet(who: People, rt: Rt) -> FleetOut:
             full_pass_ms=spread(stats.full_ms),
             pass_ms=spread(stats.cycle_ms),
             world_read_ms=spread(stats.world_ms),
+            world_refresh_ms=spread(stats.refresh_ms),
             full_passes=stats.full_cycles,
             binds=stats.binds,
             evictions=stats.evictions,

@@ -1,7 +1,8 @@
 """Health checks over running jobs, run from the scheduling loop: stragglers are recorded (and,
 by policy, their host cordoned and the job moved off), zombies are reclaimed.
 
-Each check, under the store lock, in the pass's transaction:
+Each check (in a pass's transaction, or judged in the background and acted on by a pass:
+``HealthCheck``):
 
     # 1. running   the jobs in state ``running``, with their ranks' progress this allocation
     # 2. zombies   a job past its progress timeout is failed and its replicas stopped;
@@ -19,10 +20,14 @@ only; the loop commits, then wakes what ``Touched`` names.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict
+from collections.abc import Callable, Collection
+from concurrent.futures import Executor, Future
+from contextlib import AbstractContextManager
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
 from boltforge.control.audit import audit
@@ -53,6 +58,7 @@ from boltforge.core.health import (
     stragglers,
 )
 
+log = logging.getLogger("boltforge.health")
 CHECK_EVERY_S = 2.0
 SPACING = 20.0  # a check waits at least this many times as long as the last one took
 SYSTEM = Caller("system", "system", None, "health check")
@@ -61,22 +67,33 @@ DEGRADED_S = 6 * 3600.0  # a straggler's host takes no multi-replica work for th
 
 
 class HealthCheck:
-    """The loop's health step: ``run`` checks at most every ``every_s`` of server time and
-    does nothing in between. On a large fleet, where a check over thousands of running jobs
-    takes a while, checks are spaced at least ``SPACING`` times as long as the last one took,
-    so they never take more than a small share of the loop. Called under the scheduler's
-    lock, inside a pass."""
+    """The loop's health step: a check at most every ``every_s`` of server time, nothing in
+    between. On a large fleet, where a check over thousands of running jobs takes a while,
+    checks are spaced at least ``SPACING`` times as long as the last one took, so they never
+    take more than a small share of the server.
+
+    Two ways to run it. ``run``, inside a pass under the scheduler's lock, judges and acts in
+    the pass's transaction. In the background (``survey`` then ``act``), the judging of every
+    running job, the slow part, reads a session of its own on a thread of its own, holding no
+    lock, so arrivals never wait for it; the pass after it is done acts under the lock,
+    judging again only the jobs the survey found something on (the store may have moved)."""
 
     def __init__(self, rules: HealthRules, every_s: float = CHECK_EVERY_S) -> None:
         self.rules, self.every_s = rules, every_s
         self._last = float("-inf")
         self._spacing = every_s
+        self._survey: Future[list[str]] | None = None
 
     def due(self, now: float) -> bool:
-        """Whether ``run`` would check now."""
-        return now - self._last >= self._spacing
+        """Whether a check should begin now."""
+        return self._survey is None and now - self._last >= self._spacing
+
+    def ready(self) -> bool:
+        """Whether a background survey is done and ``act`` has its findings to act on."""
+        return self._survey is not None and self._survey.done()
 
     def run(self, s: Session, now: float) -> Touched:
+        """Judge every running job and act on what is found, in ``s``, when due."""
         if not self.due(now):
             return Touched()
         self._last = now
@@ -85,36 +102,98 @@ class HealthCheck:
         self._spacing = max(self.every_s, SPACING * (time.perf_counter() - started))
         return touched
 
+    def survey(
+        self,
+        pool: Executor,
+        read: Callable[[], AbstractContextManager[Session]],
+        now: float,
+        done: Callable[[], None],
+    ) -> None:
+        """Begin judging every running job on ``pool``, in a session of ``read``'s (writing
+        nothing); ``done`` is called when it is over, so that a pass can ``act``."""
+        if not self.due(now):
+            return
+        self._last = now
+        self._survey = pool.submit(self._judge_all, read, now)
+        self._survey.add_done_callback(lambda _: done())
 
-def check(s: Session, rules: HealthRules, now: float) -> Touched:
-    """Judge every running job once (see the module docstring). Idempotent: a straggler
-    already recorded for this allocation and rank is not recorded or acted on again."""
+    def _judge_all(
+        self, read: Callable[[], AbstractContextManager[Session]], now: float
+    ) -> list[str]:
+        started = time.perf_counter()
+        try:
+            with read() as s:
+                return [job.id for job, _, _ in judge(s, self.rules, now)]
+        finally:
+            self._spacing = max(self.every_s, SPACING * (time.perf_counter() - started))
+
+    def act(self, s: Session, now: float) -> Touched:
+        """Act, in ``s``, on what the finished survey found: its jobs judged again as they
+        are now. A survey that failed (the store went away) finds nothing; the next one is
+        due as usual."""
+        survey, self._survey = self._survey, None
+        if survey is None or not survey.done():
+            self._survey = survey
+            return Touched()
+        try:
+            found = survey.result()
+        except Exception as e:  # the next survey tries again; a pass goes on meanwhile
+            log.warning("health survey failed: %s", e)
+            return Touched()
+        return check(s, self.rules, now, only=found) if found else Touched()
+
+
+Finding = tuple[JobRow, Stall | None, list[Straggler]]
+
+
+def judge(
+    s: Session, rules: HealthRules, now: float, only: Collection[str] | None = None
+) -> list[Finding]:
+    """The running jobs (only those named in ``only`` when given) with something to act on:
+    a confirmed stall, or stragglers not yet recorded for this allocation. Reads only."""
     running = JobRow.state == "running"
+    if only is not None:
+        running = running & JobRow.id.in_(sorted(only))
     jobs = list(s.scalars(select(JobRow).where(running).order_by(JobRow.id)))
     if not jobs:
-        return Touched()
-    ranks, started, flagged = _ranks(s), _started(s), _flagged(s)
-    touched = Touched()
+        return []
+    ranks, started, flagged = _ranks(s, running), _started(s, running), _flagged(s, running)
+    out: list[Finding] = []
     for job in jobs:
         rows = ranks.get(job.id, [])
         stall = _stall(job, rows, started.get(job.id), rules, now)
         if stall is not None:
             stall = confirm(stall, *_gpus_idle(s, job, now))
         if stall is not None:
-            touched |= reclaim(s, job, stall, now)
+            out.append((job, stall, []))
             continue
         found = [f for f in stragglers(_times(rows), rules) if (job.id, f.rank) not in flagged]
         if found:
+            out.append((job, None, found))
+    return out
+
+
+def check(
+    s: Session, rules: HealthRules, now: float, only: Collection[str] | None = None
+) -> Touched:
+    """Judge every running job (or those in ``only``) once and act on what is found (see the
+    module docstring). Idempotent: a straggler already recorded for this allocation and
+    rank is not recorded or acted on again."""
+    touched = Touched()
+    for job, stall, found in judge(s, rules, now, only):
+        if stall is not None:
+            touched |= reclaim(s, job, stall, now)
+        else:
             touched |= _report(s, job, found, rules, now)
     return touched
 
 
-def _ranks(s: Session) -> dict[str, list[RankProgressRow]]:
-    """Running jobs' rank progress rows of their current allocation, by job."""
+def _ranks(s: Session, jobs: ColumnElement[bool]) -> dict[str, list[RankProgressRow]]:
+    """The rank progress rows of the current allocation of the jobs ``jobs`` selects."""
     q = (
         select(RankProgressRow)
         .join(JobRow, JobRow.id == RankProgressRow.job_id)
-        .where(JobRow.state == "running", RankProgressRow.epoch == JobRow.epoch)
+        .where(jobs, RankProgressRow.epoch == JobRow.epoch)
     )
     out: dict[str, list[RankProgressRow]] = defaultdict(list)
     for row in s.scalars(q):
@@ -122,23 +201,25 @@ def _ranks(s: Session) -> dict[str, list[RankProgressRow]]:
     return out
 
 
-def _started(s: Session) -> dict[str, float]:
-    """When running jobs' current allocations started running (their last replica started)."""
+def _started(s: Session, jobs: ColumnElement[bool]) -> dict[str, float]:
+    """When the current allocations of the jobs ``jobs`` selects started running (their last
+    replica started)."""
     q = (
         select(ReplicaRow.job_id, func.max(ReplicaRow.started_at))
         .join(JobRow, JobRow.id == ReplicaRow.job_id)
-        .where(JobRow.state == "running", ReplicaRow.epoch == JobRow.epoch)
+        .where(jobs, ReplicaRow.epoch == JobRow.epoch)
         .group_by(ReplicaRow.job_id)
     )
     return {job: at for job, at in s.execute(q) if at is not None}
 
 
-def _flagged(s: Session) -> set[tuple[str, int]]:
-    """(job, rank) of the stragglers already recorded in running jobs' current allocations."""
+def _flagged(s: Session, jobs: ColumnElement[bool]) -> set[tuple[str, int]]:
+    """(job, rank) of the stragglers already recorded in the current allocations of the jobs
+    ``jobs`` selects."""
     q = (
         select(EventRow.job_id, EventRow.data, JobRow.epoch)
         .join(JobRow, JobRow.id == EventRow.job_id)
-        .where(JobRow.state == "running", EventRow.kind == STRAGGLER)
+        .where(jobs, EventRow.kind == STRAGGLER)
     )
     return {(job, int(data["rank"])) for job, data, epoch in s.execute(q) if data["epoch"] == epoch}
 

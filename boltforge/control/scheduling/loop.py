@@ -15,10 +15,13 @@ never run back to back: after one, the next waits at least as long as it took (a
     #    reclaims  nodes past their spot reclaim time are gone; jobs a reclaim notice moved
     #              that requeued get their lost work on their timeline (control/nodes/spot.py)
     #    health    every few seconds: stragglers recorded (their hosts cordoned, by policy),
-    #              jobs making no progress past their timeout reclaimed (control/nodes/health.py)
-    # 2. world     the fleet, the holders of every GPU and the waiting jobs, from the mirror
-    #              (incremental passes reuse the last one while nothing but their own binds
-    #              changed the holdings)
+    #              jobs making no progress past their timeout reclaimed (control/nodes/health.py;
+    #              with ``overlap`` every running job is judged on a thread of its own, holding
+    #              no lock, and a pass acts only on what that found)
+    # 2. world     the fleet, the holders of every GPU and the waiting jobs, from the mirror:
+    #              one world is kept current by the mirror's changes (``refresh_world``) and
+    #              read whole only when that cannot be done; a full pass plans on a copy of
+    #              it with the whole queue added
     # 3. decide    the core cycle: one incremental pass per new arrival, or a full pass
     # 4. persist   evictions, binds and every changed reason, in one transaction, committed
     #              before anything is sent to a node
@@ -65,8 +68,10 @@ from boltforge.control.scheduling.world import (
     fleet_of,
     load_world,
     refresh_routing,
+    refresh_world,
     routing_stale,
     usage,
+    with_queue,
 )
 from boltforge.control.store import failpoints
 from boltforge.control.store.db import Database
@@ -105,6 +110,8 @@ class LoopStats:
     world_reads: int = 0  # worlds built from the mirror (full passes, and incremental ones
     # whose holdings changed)
     world_ms: list[float] = field(default_factory=list)  # those incremental ones' build times
+    refresh_ms: list[float] = field(default_factory=list)  # worlds brought up to date by the
+    # mirror's changes instead (``refresh_world``)
     last_full_ms: float = 0.0
     last_full_end: float = float("-inf")  # time.monotonic() when the last full pass ended
 
@@ -144,6 +151,7 @@ class Scheduler:
         self._plan: Plan | None = None
         self._planning: Future[Plan] | None = None
         self._planner = ThreadPoolExecutor(1, thread_name_prefix="planner") if overlap else None
+        self._surveyor = ThreadPoolExecutor(1, thread_name_prefix="health") if overlap else None
         self.lock = threading.RLock()
         self.health = HealthCheck(health or HealthRules())
         self.stats = LoopStats()
@@ -300,8 +308,9 @@ class Scheduler:
 
     def stop(self) -> None:
         self._stopping = True
-        if self._planner is not None:
-            self._planner.shutdown(wait=False, cancel_futures=True)
+        for pool in (self._planner, self._surveyor):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
         self.poke()
 
     def announce(self, touched: Touched) -> None:
@@ -369,7 +378,12 @@ class Scheduler:
         """Leases, recovery holds, reclaims and health, in one transaction when the mirror
         shows any of them due. Returns what changed and whether it can change the plan."""
         nodes, holds = upkeep_due(self.mirror, self.terms, now, self.recovery_hold_s)
-        if not nodes and not holds and not self.health.due(now):
+        if self._surveyor is not None:  # judged off the lock; only findings are acted on
+            self.health.survey(self._surveyor, self.db.session, now, self.poke)
+            check = self.health.ready()
+        else:
+            check = self.health.due(now)
+        if not nodes and not holds and not check:
             return Touched(), False
         with self.db.session() as s:
             expired = expire(s, self.terms, now, nodes) if nodes else Touched()
@@ -378,7 +392,10 @@ class Scheduler:
             spot.settle(s, expired.jobs)
             if nodes:
                 expired |= spot.expire(s, now)
-            healed = self.health.run(s, now)
+            if self._surveyor is not None:
+                healed = self.health.act(s, now) if check else Touched()
+            else:
+                healed = self.health.run(s, now)
         touched = Touched()
         touched |= expired
         touched |= healed
@@ -388,11 +405,9 @@ class Scheduler:
         """Read the world and plan a full pass over it: in the planner thread (``overlap``;
         applied by a later pass), or here, applied at once."""
         started = time.perf_counter()
-        self._world = None
         self._fresh_routing(now)
-        world = load_world(self.mirror, now, self.caches, hold_s=self.recovery_hold_s)  # 2.
-        self.stats.world_reads += 1
         with self.db.session() as s:  # the store only for quotas and fair-share usage
+            world = with_queue(self._world_for(s, now, []), self.mirror, self.caches)  # 2.
             world.quota = quota_tree(self.quotas, s, world, full=True)
             self._usage_at = float("-inf")
             promised = frozenset(r.job for r in self.reservations)
@@ -428,7 +443,6 @@ class Scheduler:
         self.reservations = result.reservations
         with self.db.session() as s:
             touched = self._persist(s, world, result)
-        self._world = None
         apply_ms = (time.perf_counter() - started) * 1000.0
         self._count_full(plan, now, apply_ms, result)
         return touched
@@ -445,9 +459,8 @@ class Scheduler:
             self.wake()
             return replace(result, binds=(), evictions=(), reservations=())
         bound = [b.job for b in result.binds]
-        current = load_world(
-            self.mirror, now, self.caches, waiting=bound, hold_s=self.recovery_hold_s
-        )
+        with self.db.session() as s:
+            current = self._world_for(s, now, bound).copy()
         plan.world.ports = current.ports
         kept = still_valid(result, plan.world, current)
         if len(kept.binds) < len(result.binds):
@@ -488,6 +501,7 @@ class Scheduler:
         the GPUs it waits for."""
         touched = Touched()
         blocked = False
+        current = True  # whether every change since the world was read is in it
         reserved = {r.job for r in self.reservations}
         todo = [j for j in job_ids if j not in reserved]  # a full pass gave them a start
         waits: list[Waiting] = []  # written together, in one statement, at the end
@@ -507,7 +521,7 @@ class Scheduler:
                 self._timed(started, result)
                 blocked = blocked or (bool(result.waiting) and not result.binds)
                 if result.evictions:
-                    self._world = None
+                    current = False  # its changes reach the world through the mirror
                     later = [j.id for j in world.pending]
                     with self._pending_lock:
                         self._arrivals[:0] = later
@@ -516,7 +530,7 @@ class Scheduler:
                     break
                 self._bound(world, job, result, now)
             touched |= self._persist(s, world, CycleResult(waiting=tuple(waits)))
-        if self._world is not None:
+        if current:
             self._world_version = self.mirror.version  # its own binds are in it already
         if blocked and not self.reservations and self.policy.backfill.depth > 0:
             self.wake()  # a full pass reserves a start for it before later arrivals backfill
@@ -524,9 +538,27 @@ class Scheduler:
 
     def _world_for(self, s: Session, now: float, job_ids: list[str]) -> World:
         """The world for incremental passes over ``job_ids``: the last one, brought to
-        ``now`` with these arrivals, while the mirror's holdings have not changed since."""
+        ``now`` by the mirror's changes since it was read (``refresh_world``), with these
+        arrivals; read whole when that cannot be done."""
         world = self._world
-        if world is None or self._world_version != self.mirror.version:
+        if world is not None and now >= world.stale_at:
+            world = None  # a flag it derived from time ran out: read it whole
+        if world is not None and self._world_version != self.mirror.version:
+            started = time.perf_counter()
+            world.now = now
+            version = refresh_world(
+                world, self.mirror, self.caches, self._world_version, self.recovery_hold_s
+            )
+            if version is None:
+                world = None
+            else:
+                self._world_version = version
+                add_waiting(world, self.mirror, job_ids, self.caches)
+                world.quota = quota_tree(self.quotas, s, world, full=False)
+                took = (time.perf_counter() - started) * 1000.0
+                self.stats.refresh_ms = [*self.stats.refresh_ms[-999:], took]
+                return world
+        if world is None:
             started = time.perf_counter()
             self._fresh_routing(now)
             hold = self.recovery_hold_s
@@ -540,6 +572,8 @@ class Scheduler:
             return world
         world.now = now
         add_waiting(world, self.mirror, job_ids, self.caches)
+        if self.quotas is not None and self.quotas.lent:  # an arrival may restore one
+            world.quota = quota_tree(self.quotas, s, world, full=False)
         return world
 
     def _fresh_routing(self, now: float) -> None:

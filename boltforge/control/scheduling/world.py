@@ -87,6 +87,24 @@ class World:
     estimate: Callable[[str, str, int], float | None] | None = None  # Mirror.estimate
     typical: Callable[[str, str, int, float | None], float | None] | None = None  # Mirror.typical
     held: dict[str, dict[str, int]] | None = field(default=None, repr=False)
+    stale_at: float = float("inf")  # when a flag it derived from time runs out (degraded)
+
+    def copy(self) -> World:
+        """A world to change without changing this one: its state, lists and tables copied
+        (the records in them are never changed in place), with no jobs pending."""
+        return replace(
+            self,
+            state=self.state.copy(),
+            nodes=dict(self.nodes),
+            rows=dict(self.rows),
+            pending=[],
+            running=list(self.running),
+            replicas=dict(self.replicas),
+            unresolved={},
+            holds=dict(self.holds),
+            ports={addr: set(ports) for addr, ports in self.ports.items()},
+            held=None if self.held is None else {q: dict(p) for q, p in self.held.items()},
+        )
 
     def holdings(self) -> dict[str, dict[str, int]]:
         """GPUs held per leaf queue and pool by ``running`` (counted once, then kept up to
@@ -95,11 +113,11 @@ class World:
             self.held = holdings_of(self.fleet.tree, self.running)
         return self.held
 
-    def add_running(self, run: Running) -> None:
-        """Count a job bound by an incremental pass as running (its allocation is in
-        ``state`` already)."""
+    def add_running(self, run: Running, counted: bool = True) -> None:
+        """Count a job as running (its allocation is in ``state`` already); ``counted``: as
+        a change an incremental pass made (a bind)."""
         self.running.append(run)
-        self.changes += 1
+        self.changes += int(counted)
         if self.held is not None:
             count_holding(self.held, self.fleet.tree, run)
 
@@ -187,6 +205,7 @@ def load_world(
             rows = {j: mirror.jobs[j] for j in wanted if j in mirror.jobs}
             rows |= {j.id: j for j in mirror.jobs.values() if j.recovery_hold is not None}
     state = FleetState(fleet.tree)
+    stale_at = float("inf")
     for name, node in nodes.items():
         if name not in fleet.index:
             continue
@@ -194,13 +213,16 @@ def load_world(
             state.cordoned[fleet.index[name]] = True
         if degraded(node, now):
             state.degraded[fleet.index[name]] = True
+        if node.degraded_until is not None and node.degraded_until > now:
+            stale_at = min(stale_at, node.degraded_until)
     if waiting is None:
         kept = set(rows)
         caches.jobs = {k: v for k, v in caches.jobs.items() if k in kept}
     routing = _routing(fleet, caches)
     world = World(fleet, state, nodes, rows, [], [], by_job, {}, now, routing)
     world.estimate, world.typical = mirror.estimate, mirror.typical
-    world.ports = _ports(by_job)
+    world.stale_at = stale_at
+    world.ports = _ports(by_job.values())
     recovering = [r for r in rows.values() if r.state in WAITING and r.recovery_hold is not None]
     _hold(world, caches, lambda: _recovery_holds(world, recovering, hold_s))
     _others(world)
@@ -208,6 +230,127 @@ def load_world(
         world, sorted(rows) if waiting is None else sorted(set(waiting) & set(rows)), caches
     )
     return world
+
+
+def refresh_world(
+    world: World, mirror: Mirror, caches: Caches, since: int, hold_s: float = RECOVERY_HOLD_S
+) -> int | None:
+    """Bring ``world``, which shows the mirror at ``version`` ``since``, up to the mirror as it
+    is now by what changed since (``Mirror.changed_since``), instead of reading it whole.
+    Each changed job's allocations (its own, ``draining:`` and ``held:``), running entry,
+    replicas and recovery hold are taken out, then put back as the mirror has them, in the
+    order a whole read takes them (holders first, then recovery holds, then leaving
+    replicas, on what is left); each changed node's flags and what others hold there are
+    read again, and so are the rendezvous ports in use (the binds of the world's own passes
+    add theirs without their replicas). The jobs waiting in ``world.pending`` are left to
+    the caller (``add_waiting``).
+
+    Returns the version ``world`` shows now. None when this cannot stand in for a whole read:
+    the fleet changed, the change log does not reach back, a node's ``degraded`` flag ran
+    out (``world.stale_at``, with ``world.now`` the time now), a holder's GPUs are given to
+    another in ``world``, or a leaving replica holds a share of a GPU; ``world`` is then
+    half-changed, and the caller reads the world whole."""
+    if fleet_of(mirror, caches) is not world.fleet or world.now >= world.stale_at:
+        return None
+    with mirror.reading():
+        version = mirror.version
+        changed = mirror.changed_since(since)
+        if changed is None:
+            return None
+        jobs, names = changed
+        rows = {j: mirror.jobs.get(j) for j in jobs}
+        reps = {j: mirror.replicas_of(j) for j in jobs}
+        nodes = {n: mirror.nodes.get(n) for n in names}
+        world.ports = _ports([list(mirror.replicas.values())])
+    for job_id in sorted(jobs):
+        _forget(world, job_id)
+    for job_id in sorted(jobs):
+        _remember(world, rows[job_id], job_id, reps[job_id])
+    held = [r for r in rows.values() if r is not None and r.state in HOLDING]
+    if not all(_hold_current(world, caches, r, reps[r.id]) for r in sorted(held, key=_id)):
+        return None
+    recovering = [r for r in rows.values() if r is not None and r.recovery_hold is not None]
+    waiting = [r for r in recovering if r.state in WAITING]
+    claimed = _recovery_holds(world, waiting, hold_s) | _taken(world, reps)
+    for job_id in sorted(jobs):
+        if any(r.spec.get("share") for r in reps[job_id]):
+            return None
+        _hold_leaving(world, rows[job_id], job_id, reps[job_id], claimed)
+    for name, node in nodes.items():
+        if node is None or name not in world.fleet.index:
+            return None
+        _renode(world, name, node)
+    world.routing = _routing(world.fleet, caches)
+    return version
+
+
+def _id(row: LiveJob) -> str:
+    return row.id
+
+
+def _forget(world: World, job_id: str) -> None:
+    """Take ``job_id`` out of ``world``: its allocations, running entry, replicas, row and
+    recovery hold."""
+    state = world.state
+    for key in (job_id, f"draining:{job_id}", f"held:{job_id}"):
+        if key in state.allocations:
+            state.release(key)
+    world.replicas.pop(job_id, None)
+    world.rows.pop(job_id, None)
+    world.holds.pop(job_id, None)
+    gone = [r for r in world.running if r.job.id == job_id]
+    if gone:
+        world.running = [r for r in world.running if r.job.id != job_id]
+        for run in gone:
+            if world.held is not None:
+                count_holding(world.held, world.fleet.tree, run, -1)
+
+
+def _remember(world: World, row: LiveJob | None, job_id: str, reps: list[LiveReplica]) -> None:
+    """Put ``job_id``'s row and replicas back into ``world``."""
+    if row is not None:
+        world.rows[job_id] = row
+    if reps:
+        world.replicas[job_id] = reps
+
+
+def _taken(world: World, reps: dict[str, list[LiveReplica]]) -> set[tuple[str, int]]:
+    """The GPUs of ``reps``' nodes that ``world`` gives to someone now (what a leaving
+    replica may not count as its own)."""
+    state, index = world.state, world.fleet.index
+    return {
+        (r.node, g)
+        for group in reps.values()
+        for r in group
+        if r.node in index
+        for g in r.gpus
+        if not state.free[index[r.node], g]
+    }
+
+
+def _renode(world: World, name: str, node: LiveNode) -> None:
+    """Read ``node``'s flags again, and what others hold on it."""
+    world.nodes[name] = node
+    host, state = world.fleet.index[name], world.state
+    state.cordoned[host] = node.state not in PLACEABLE_NODES or node.cordoned
+    state.degraded[host] = degraded(node, world.now)
+    if node.degraded_until is not None and node.degraded_until > world.now:
+        world.stale_at = min(world.stale_at, node.degraded_until)
+    if f"others:{name}" in state.allocations:
+        state.release(f"others:{name}")
+    _other(world, name, node)
+
+
+def with_queue(world: World, mirror: Mirror, caches: Caches) -> World:
+    """A copy of ``world`` (current, with no jobs pending) with every live job's row and the
+    whole queue pending: what a full pass reads, without reading the holdings again."""
+    full = world.copy()
+    with mirror.reading():
+        full.rows = dict(mirror.jobs)
+    kept = set(full.rows)
+    caches.jobs = {k: v for k, v in caches.jobs.items() if k in kept}
+    _add_pending(full, sorted(full.rows), caches)
+    return full
 
 
 def add_waiting(world: World, mirror: Mirror, job_ids: Iterable[str], caches: Caches) -> None:
@@ -231,10 +374,10 @@ def _add_pending(world: World, ids: list[str], caches: Caches) -> None:
             world.pending.append(job if held is None else replace(job, held=held))
 
 
-def _ports(by_job: dict[str, list[LiveReplica]]) -> Ports:
+def _ports(groups: Iterable[list[LiveReplica]]) -> Ports:
     """The rendezvous ports the replicas' gangs hold, by master address."""
     ports: Ports = {}
-    for reps in by_job.values():
+    for reps in groups:
         for r in reps:
             if (held := r.rendezvous) is not None:
                 ports.setdefault(held[0], set()).add(held[1])
@@ -330,29 +473,45 @@ def _hold(
     claimed: set[tuple[str, int]] = set()
     for job_id, reps in sorted(world.replicas.items()):
         row = world.rows.get(job_id)
-        if row is None or row.state not in HOLDING:
-            continue
-        job = _job(world, row, caches)
-        reps = [r for r in reps if r.epoch == row.epoch]
-        grants = _grants(world.fleet, reps)
-        runtime = job.expected_runtime() if job is not None else None
-        end = row.bound_at + runtime if row.bound_at is not None and runtime else None
-        if not _allocate(world.state, Allocation(job_id, grants, end, row.priority)):
-            continue
-        claimed |= {(r.node, g) for r in reps for g in r.gpus}
-        if job is not None:
-            world.running.append(_running(job, world.state.allocations[job_id], row))
+        if row is not None and row.state in HOLDING and _hold_current(world, caches, row, reps):
+            claimed |= {(r.node, g) for r in reps if r.epoch == row.epoch for g in r.gpus}
     if recovery is not None:
         claimed |= recovery()
     for job_id, reps in sorted(world.replicas.items()):
-        row = world.rows.get(job_id)
-        if row is not None and row.state in HOLDING:
-            reps = [r for r in reps if r.epoch != row.epoch]
-        left = [_without(r, claimed) for r in reps]
-        grants = _grants(world.fleet, [r for r in left if r.gpus])
-        ends = [(r.stop_requested_at or world.now) + r.grace_s for r in reps]
-        if grants:
-            _allocate(world.state, Allocation(f"draining:{job_id}", grants, max(ends), 0))
+        _hold_leaving(world, world.rows.get(job_id), job_id, reps, claimed)
+
+
+def _hold_current(world: World, caches: Caches, row: LiveJob, reps: list[LiveReplica]) -> bool:
+    """Allocate the GPUs of holding ``row``'s current epoch (``reps`` of it), and count it
+    running; False when they clash with what the world gives others."""
+    job = _job(world, row, caches)
+    grants = _grants(world.fleet, [r for r in reps if r.epoch == row.epoch])
+    runtime = job.expected_runtime() if job is not None else None
+    end = row.bound_at + runtime if row.bound_at is not None and runtime else None
+    if not _allocate(world.state, Allocation(row.id, grants, end, row.priority)):
+        return False
+    if job is not None:
+        world.add_running(_running(job, world.state.allocations[row.id], row), counted=False)
+    return True
+
+
+def _hold_leaving(
+    world: World,
+    row: LiveJob | None,
+    job_id: str,
+    reps: list[LiveReplica],
+    claimed: set[tuple[str, int]],
+) -> None:
+    """Allocate, as ``draining:<job>``, what ``job_id``'s leaving replicas (all of them once
+    it holds no GPUs, else those of older epochs) still occupy, but for the GPUs in
+    ``claimed``."""
+    if row is not None and row.state in HOLDING:
+        reps = [r for r in reps if r.epoch != row.epoch]
+    left = [_without(r, claimed) for r in reps]
+    grants = _grants(world.fleet, [r for r in left if r.gpus])
+    ends = [(r.stop_requested_at or world.now) + r.grace_s for r in reps]
+    if grants:
+        _allocate(world.state, Allocation(f"draining:{job_id}", grants, max(ends), 0))
 
 
 def held_by_others(text: object) -> tuple[int, float, float]:
@@ -373,17 +532,22 @@ def _others(world: World) -> None:
     """Take out of each node's free GPUs, CPUs and memory what its backend says work the
     server does not run holds there (``OTHERS``), up to what is free: an allocation
     ``others:<node>`` with no end, held by no job, so no pass preempts it."""
-    state, index = world.state, world.fleet.index
     for name, node in world.nodes.items():
-        gpus, cpus, memory = held_by_others((node.health or {}).get(OTHERS))
-        host = index.get(name)
-        if host is None or not (gpus or cpus or memory):
-            continue
-        free = [int(g) for g in state.free[host].nonzero()[0]][:gpus]
-        cpus = min(cpus, float(state.free_cpus[host]))
-        memory = min(memory, float(state.free_memory[host]))
-        grant = Grant("others", 0, host, tuple(free), cpus, memory)
-        _allocate(state, Allocation(f"others:{name}", (grant,), None, 0))
+        _other(world, name, node)
+
+
+def _other(world: World, name: str, node: LiveNode) -> None:
+    """``_others`` for one node."""
+    state = world.state
+    gpus, cpus, memory = held_by_others((node.health or {}).get(OTHERS))
+    host = world.fleet.index.get(name)
+    if host is None or not (gpus or cpus or memory):
+        return
+    free = [int(g) for g in state.free[host].nonzero()[0]][:gpus]
+    cpus = min(cpus, float(state.free_cpus[host]))
+    memory = min(memory, float(state.free_memory[host]))
+    grant = Grant("others", 0, host, tuple(free), cpus, memory)
+    _allocate(state, Allocation(f"others:{name}", (grant,), None, 0))
 
 
 def _without(rep: LiveReplica, claimed: set[tuple[str, int]]) -> LiveReplica:

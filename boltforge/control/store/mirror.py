@@ -34,6 +34,7 @@ from boltforge.control.scheduling.lifecycle import HOLDING, LIVE, WAITING
 from boltforge.control.store.models import HELD, JobRow, NodeRow, ReplicaRow
 from boltforge.core.queueing.runtimes import Finished, RuntimeHistory
 
+LOG_KEEP = 50_000  # the changes of ``version`` remembered for ``changed_since``
 CHANGES = "bolt.mirror.changes"  # Session.info key: (table, key, values, deleted) staged
 HISTORY = 5000  # successful jobs read back into the runtime history at load
 
@@ -139,8 +140,11 @@ class Mirror:
         self.jobs: dict[str, LiveJob] = {}
         self.replicas: dict[str, LiveReplica] = {}
         self.on_node: dict[str, set[str]] = {}  # replica ids by node
+        self.of_job: dict[str, set[str]] = {}  # replica ids by job
         self.version = 0
         self.fleet_version = 0
+        self._log: list[tuple[str, str]] = []  # what each step of ``version`` changed
+        self._log_base = 0  # the version before the first step in ``_log``
         self.runtimes = RuntimeHistory()
 
     # -- reading -------------------------------------------------------------------------
@@ -167,6 +171,36 @@ class Mirror:
             reps.sort(key=lambda r: (r.epoch, r.rank))
         return out
 
+    def replicas_of(self, job: str) -> list[LiveReplica]:
+        """The replicas of ``job`` holding GPUs, by epoch and rank."""
+        with self._lock:
+            reps = [self.replicas[i] for i in self.of_job.get(job, ())]
+        return sorted(reps, key=lambda r: (r.epoch, r.rank))
+
+    def changed_since(self, version: int) -> tuple[set[str], set[str]] | None:
+        """The jobs and the nodes whose changes moved ``version`` on since it was
+        ``version``: a job whose row or replicas changed what a pass sees of its holdings, a
+        node whose state, cordon or health did. None when that is no longer known (the
+        oldest changes are forgotten, and ``load`` forgets all): then only a whole read will
+        do. A change of the fleet itself moves ``fleet_version`` too; callers check that."""
+        with self._lock:
+            if version < self._log_base or version > self.version:
+                return None
+            jobs: set[str] = set()
+            nodes: set[str] = set()
+            for kind, key in self._log[version - self._log_base :]:
+                (jobs if kind == "job" else nodes).add(key)
+            return jobs, nodes
+
+    def _step(self, kind: str, key: str) -> None:
+        """One step of ``version``: ``key`` (a ``job`` or a ``node``) changed."""
+        self.version += 1
+        self._log.append((kind, key))
+        if len(self._log) > LOG_KEEP:
+            drop = len(self._log) // 2
+            del self._log[:drop]
+            self._log_base += drop
+
     def typical(self, team: str, name: str, gpus: int, limit_s: float | None) -> float | None:
         """What jobs like this one typically took (``RuntimeHistory.typical``; None: too few
         such jobs have succeeded yet)."""
@@ -191,11 +225,13 @@ class Mirror:
             self.jobs = {j.id: _make(LiveJob, _values(j)) for j in jobs}
             reps = s.scalars(select(ReplicaRow).where(ReplicaRow.state.in_(HELD)))
             self.replicas = {r.id: _make(LiveReplica, _values(r)) for r in reps}
-            self.on_node = {}
+            self.on_node, self.of_job = {}, {}
             for r in self.replicas.values():
                 self.on_node.setdefault(r.node, set()).add(r.id)
+                self.of_job.setdefault(r.job_id, set()).add(r.id)
             self.version += 1
             self.fleet_version += 1
+            self._log, self._log_base = [], self.version
 
     def watch(self, sessions: sessionmaker[Session]) -> None:
         """Follow every session ``sessions`` makes: what each flushes is staged, and applied
@@ -233,7 +269,7 @@ class Mirror:
             return  # a partial change of a node never seen whole
         if deleted:
             if self.nodes.pop(key, None) is not None:
-                self.version += 1
+                self._step("node", key)
                 self.fleet_version += 1
             return
         new = _merged(LiveNode, old, values)
@@ -241,7 +277,7 @@ class Mirror:
         if old is None or old.inventory != new.inventory:
             self.fleet_version += 1
         if old is None or _differs(old, new, _RELEVANT[LiveNode]):
-            self.version += 1
+            self._step("node", key)
 
     def _job(self, key: str, values: dict[str, Any], deleted: bool) -> None:
         old = self.jobs.get(key)
@@ -255,14 +291,16 @@ class Mirror:
             limit = _limit_of(new.spec)
             self.runtimes.learn(Finished(new.team, name, new.gpus, runtime, limit))
         if deleted or state not in LIVE:
-            if self.jobs.pop(key, None) is not None and old is not None:
-                self.version += int(old.state not in WAITING)
+            popped = self.jobs.pop(key, None)
+            if popped is not None and old is not None and old.state not in WAITING:
+                self._step("job", key)
             return
         self.jobs[key] = new
         if old is None:
-            self.version += int(state not in WAITING)
+            if state not in WAITING:
+                self._step("job", key)
         elif not _same_class(old.state, state) or _differs(old, new, _RELEVANT[LiveJob]):
-            self.version += 1
+            self._step("job", key)
 
     def _replica(self, key: str, values: dict[str, Any], deleted: bool) -> None:
         old = self.replicas.get(key)
@@ -270,15 +308,26 @@ class Mirror:
             return  # a partial change of a replica that holds no GPUs
         new = _merged(LiveReplica, old, values)
         if old is not None:
-            self.on_node.get(old.node, set()).discard(key)
+            _unindex(self.on_node, old.node, key)
+            _unindex(self.of_job, old.job_id, key)
         if deleted or new.state not in HELD:
             if self.replicas.pop(key, None) is not None:
-                self.version += 1
+                self._step("job", new.job_id)
             return
         self.replicas[key] = new
         self.on_node.setdefault(new.node, set()).add(key)
+        self.of_job.setdefault(new.job_id, set()).add(key)
         if old is None or _differs(old, new, _RELEVANT[LiveReplica]):
-            self.version += 1
+            self._step("job", new.job_id)
+
+
+def _unindex(index: dict[str, set[str]], at: str, key: str) -> None:
+    """Take ``key`` out of ``index[at]``, and ``at`` out of ``index`` once it holds none."""
+    keys = index.get(at)
+    if keys is not None:
+        keys.discard(key)
+        if not keys:
+            del index[at]
 
 
 def _recent_successes(s: Session) -> list[Finished]:

@@ -71,11 +71,14 @@ def holdings_of(tree: TopologyTree, running: Iterable[Running]) -> dict[str, dic
     return out
 
 
-def count_holding(held: dict[str, dict[str, int]], tree: TopologyTree, run: Running) -> None:
-    """Add ``run``'s GPUs to ``held`` (per leaf queue and pool), in place."""
+def count_holding(
+    held: dict[str, dict[str, int]], tree: TopologyTree, run: Running, sign: int = 1
+) -> None:
+    """Add ``run``'s GPUs to ``held`` (per leaf queue and pool), in place; with ``sign`` -1,
+    take them out again."""
     pools = held.setdefault(run.job.queue, {})
     for pool, gpus in gpus_by_pool(tree, run.allocation.grants).items():
-        pools[pool] = pools.get(pool, 0) + gpus
+        pools[pool] = pools.get(pool, 0) + sign * gpus
 
 
 def gpus_by_pool(tree: TopologyTree, grants: Iterable[Grant]) -> dict[str, int]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from control_kit import ADMIN, Fleet, later, make_spec, report_steps
+from control_kit import ADMIN, Fleet, later, make_spec, report_steps, wait_for
 
 from boltforge.cli.jobs import explanation
 from boltforge.control.store.invariants import double_allocations
@@ -159,3 +159,24 @@ def test_with_nvml_gpus_that_free_their_memory_are_not_a_hung_job(fleet: Fleet) 
     report_steps(fleet, job, {0: 0.05}, steps=3)
     sampled_later(fleet, 200.0, util_pct=0.0, memory_mib=0.0)
     assert fleet.job(job).state == "running"
+
+
+def test_judged_in_the_background_a_hung_job_is_still_failed(tmp_path: Path) -> None:
+    """With full passes planned beside the loop (``overlap``), every running job is judged on
+    a thread of its own, holding no lock; the pass after that survey fails the hung job."""
+    with Fleet(tmp_path, hosts=3, health=CORDON, overlap=True) as fleet:
+        hung = fleet.submit(make_spec("hung", 16))
+        healthy = fleet.submit(make_spec("healthy", 8))
+        fleet.start_everything()
+        report_steps(fleet, hung, dict.fromkeys(range(2), 0.05), steps=3)
+        later(fleet, 60.0)
+        report_steps(fleet, healthy, {0: 0.05}, steps=3)
+        later(fleet, 5.0)
+
+        def failed() -> bool:
+            fleet.settle()
+            return fleet.job(hung).state == "failed"
+
+        wait_for(failed)
+        assert fleet.job(hung).events[-1].data["reason"] == "no-progress"
+        assert fleet.job(healthy).state == "running"

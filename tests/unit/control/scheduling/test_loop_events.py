@@ -42,9 +42,7 @@ def test_an_exit_asks_for_a_full_pass(tmp_path: Path) -> None:
         assert fleet.job(job).state == "succeeded"
 
 
-def test_arrivals_reuse_the_world_until_something_else_changes_the_holdings(
-    tmp_path: Path,
-) -> None:
+def test_arrivals_keep_one_world_current_by_the_mirrors_changes(tmp_path: Path) -> None:
     with Fleet(tmp_path, hosts=4) as fleet:
         stats = fleet.rt.scheduler.stats
         first = fleet.submit(make_spec("a", 8))
@@ -55,10 +53,12 @@ def test_arrivals_reuse_the_world_until_something_else_changes_the_holdings(
         world = fleet.rt.scheduler._world
         assert world is not None and len(world.running) == 3
         assert world.holdings() == holdings_of(world.fleet.tree, world.running)  # kept up
+        refreshed = len(stats.refresh_ms)
         fleet.start_everything()
-        fleet.finish(first)  # an exit frees GPUs: the next arrival reads the world again
+        fleet.finish(first)  # an exit frees GPUs: the world follows the mirror's changes
         fleet.submit(make_spec("d", 16))
-        assert stats.world_reads > reads
+        assert stats.world_reads == reads and len(stats.refresh_ms) > refreshed
+        assert fleet.rt.scheduler._world is world
         placed = [fleet.job(j).state for j in fleet.rt.mirror.jobs]
         assert placed.count("scheduled") + placed.count("running") == 3
 

@@ -143,6 +143,30 @@ def test_jobs_that_are_not_live_are_not_kept(mirror: Mirror) -> None:
     assert sorted(mirror.jobs) == ["1", "6"]
 
 
+@pytest.mark.parametrize("case", CHANGES.values(), ids=list(CHANGES))
+def test_each_step_of_the_version_names_what_changed(mirror: Mirror, case: Change) -> None:
+    version = mirror.version
+    mirror.apply([(case.table, case.key, case.values, case.deleted)])
+    jobs, nodes = mirror.changed_since(version) or (set(), set())
+    named = len(nodes) if case.table is NodeRow else len(jobs)
+    assert named == case.version and len(jobs) + len(nodes) == case.version
+
+
+def test_the_change_log_forgets_its_oldest_steps(
+    mirror: Mirror, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("boltforge.control.store.mirror.LOG_KEEP", 4)
+    start = mirror.version
+    for i in range(6):
+        mirror.apply([(JobRow, "2", {"priority": 10 + i}, False)])
+    assert mirror.changed_since(start) is None  # no longer known: a whole read will do
+    assert mirror.changed_since(mirror.version - 1) == ({"2"}, set())
+    assert mirror.changed_since(mirror.version) == (set(), set())
+    mirror.apply([(ReplicaRow, "2.1.0", {}, True)])
+    assert mirror.changed_since(mirror.version - 1) == ({"2"}, set())
+    assert mirror.replicas_of("2") == [] and "2" not in mirror.of_job
+
+
 # -- indexes ---------------------------------------------------------------------------------
 
 
