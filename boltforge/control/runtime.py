@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -21,7 +21,14 @@ from boltforge.control.scheduling.actuate import Settings
 from boltforge.control.scheduling.fleet import Fleet
 from boltforge.control.scheduling.loop import Scheduler
 from boltforge.control.scheduling.quotas import TeamQuotas
-from boltforge.control.scheduling.world import Caches, World, fleet_of, load_world
+from boltforge.control.scheduling.world import (
+    Caches,
+    World,
+    add_waiting,
+    fleet_of,
+    load_world,
+    refresh_world,
+)
 from boltforge.control.store.batch import Batcher
 from boltforge.control.store.db import Database
 from boltforge.control.store.leadership import LeaseTimes
@@ -161,18 +168,39 @@ class Runtime:
         """The fleet's fragmentation index now, as a pass would see it (from the mirror)."""
         return fragmentation_index(self.world(now))
 
-    def world(self, now: float) -> World:
-        """The whole world as a full pass would read it now (for replies such as
-        ``/v1/fleet``; from the mirror, never the store). Read again only when the holdings
-        changed, or ``VIEW_FRESH_S`` after the last read; callers must not change it."""
+    def world(self, now: float, waiting: Iterable[str] = ()) -> World:
+        """What holds the fleet's GPUs now, as a pass would see it, with only the jobs named
+        in ``waiting`` pending (for replies such as ``/v1/fleet``, a job's outlook and the
+        console's samples; from the mirror, never the store). The last one is reused while
+        nothing changed and it is under ``VIEW_FRESH_S`` old; otherwise a copy of it is
+        brought up to date by the mirror's changes (``refresh_world``), read whole only when
+        that cannot be done. Callers must not change it; later calls never change one
+        already handed out."""
         with self._views_lock:
-            version, world = self._view
-            if version != self.mirror.version or world is None or now - world.now > VIEW_FRESH_S:
-                version = self.mirror.version
-                hold = self.config.recovery_hold_s
-                world = load_world(self.mirror, now, self._views, hold_s=hold)
-                self._view = (version, world)
+            world = self._held_view(now)
+            if waiting:
+                world = world.copy()
+                add_waiting(world, self.mirror, waiting, self._views)
             return world
+
+    def _held_view(self, now: float) -> World:
+        """``world`` without the jobs waiting (under ``_views_lock``)."""
+        version, world = self._view
+        current = version == self.mirror.version
+        if world is not None and current and now - world.now <= VIEW_FRESH_S:
+            return world
+        hold = self.config.recovery_hold_s
+        if world is not None:
+            fresh = world.copy()
+            fresh.now = now
+            known = refresh_world(fresh, self.mirror, self._views, version, hold)
+            if known is not None:
+                self._view = (known, fresh)
+                return fresh
+        version = self.mirror.version
+        world = load_world(self.mirror, now, self._views, waiting=(), hold_s=hold)
+        self._view = (version, world)
+        return world
 
     def start(self) -> None:
         """Migrate the store, store the bootstrap tokens, and give every live node a full

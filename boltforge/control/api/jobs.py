@@ -245,7 +245,7 @@ def get_job(job_id: str, who: People, rt: Rt) -> JobDetail:
     now = rt.clock()
     with rt.db.session() as s:
         found = detail(s, visible_job(s, job_id, who), now)
-    return with_outlook(found, rt.world, now, rt.mirror.estimate)
+    return with_outlook(found, lambda at: rt.world(at, [job_id]), now, rt.mirror.estimate)
 
 
 @router.post("/{job_id}/cancel")

@@ -24,7 +24,8 @@ never run back to back: after one, the next waits at least as long as it took (a
     #              it with the whole queue added
     # 3. decide    the core cycle: one incremental pass per new arrival, or a full pass
     # 4. persist   evictions, binds and every changed reason, in one transaction, committed
-    #              before anything is sent to a node
+    #              before anything is sent to a node (a planned full pass's reasons, past the
+    #              first ``WAITS_PER_PASS``, a share per pass after that pass's dispatch)
     # 5. wake      after commit: the nodes and jobs the decisions changed, at once (a
     #              victim's node hears of its eviction before dispatch begins)
     # 6. dispatch  gangs whose GPUs are free go to their nodes (its own transaction); those
@@ -55,7 +56,13 @@ from boltforge.control.nodes.agents import LeaseTerms, expire, extend_leases
 from boltforge.control.nodes.backend import Backend, NativeBackend
 from boltforge.control.nodes.health import HealthCheck
 from boltforge.control.notify import Notifier
-from boltforge.control.scheduling.actuate import Settings, Touched, apply, read_jobs
+from boltforge.control.scheduling.actuate import (
+    Settings,
+    Touched,
+    apply,
+    read_jobs,
+    record_waits,
+)
 from boltforge.control.scheduling.dispatch import dispatch
 from boltforge.control.scheduling.lifecycle import WAITING
 from boltforge.control.scheduling.planning import Plan, still_valid
@@ -92,6 +99,7 @@ VERDICT_S = 1.0
 GATHER_S = 0.02
 MIN_FULL_GAP_S = 0.5
 PROBE_S = 0.5  # how often a paused loop asks whether the store is back
+WAITS_PER_PASS = 250  # a planned full pass's waiting reasons written per pass (overlap)
 SLOW_FULL_MS = 1000.0  # a full pass slower than this is logged, with where its time went
 
 
@@ -167,6 +175,7 @@ class Scheduler:
         self._in_flight = 0  # passes begun and not yet returned (``passing``)
         self._world: World | None = None
         self._world_version = -1
+        self._waits: tuple[World, list[Waiting]] | None = None  # reasons left to write
         self._committed = Touched()
         self._wakeup: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -371,6 +380,7 @@ class Scheduler:
             if dispatched.nodes:
                 failpoints.hit("dispatched")
             self.announce(dispatched)
+            self._more_waits()
         touched |= dispatched
         return touched
 
@@ -441,11 +451,37 @@ class Scheduler:
         world = plan.world
         world.now = now
         self.reservations = result.reservations
+        self._waits = None  # a plan's reasons supersede the last one's
+        waits = result.waiting
+        if self._planner is not None and len(waits) > WAITS_PER_PASS:
+            self._waits = (world, list(waits[WAITS_PER_PASS:]))
+            result = replace(result, waiting=waits[:WAITS_PER_PASS])
+            self.poke()
         with self.db.session() as s:
             touched = self._persist(s, world, result)
         apply_ms = (time.perf_counter() - started) * 1000.0
         self._count_full(plan, now, apply_ms, result)
         return touched
+
+    def _more_waits(self) -> None:
+        """Write the next ``WAITS_PER_PASS`` of the last planned full pass's waiting reasons
+        (head of the queue first). Reasons are advice, so a plan's binds and evictions are
+        written at once and its thousands of reasons a share per pass, after the pass's
+        arrivals and dispatch: an arrival waits for one share at most, never for all."""
+        if self._waits is None:
+            return
+        world, left = self._waits
+        self._waits = (world, left[WAITS_PER_PASS:]) if len(left) > WAITS_PER_PASS else None
+        with self.mirror.reading():  # still waiting now, not only when planned
+            share = [w for w in left[:WAITS_PER_PASS] if self._still_waits(w.job)]
+        with self.db.session() as s:
+            record_waits(s, world, share)
+        if self._waits is not None:
+            self.poke()
+
+    def _still_waits(self, job: str) -> bool:
+        row = self.mirror.jobs.get(job)
+        return row is not None and row.state in WAITING
 
     def _current(self, plan: Plan, now: float) -> CycleResult:
         """The plan's result as it stands now: whole when nothing changed the holdings since

@@ -687,8 +687,12 @@ def usage(s: Session, now: float, half_life_s: float) -> Usage:
     simulator shares). Runs that ended more than 20 half-lives ago (weight under 2**-20) are
     not read."""
     horizon = now - 20 * half_life_s
-    runs = s.scalars(
-        select(RunRow).where((RunRow.ended_at.is_(None)) | (RunRow.ended_at > horizon))
+    columns = (RunRow.queue, RunRow.gpus, RunRow.gpu_share, RunRow.started_at, RunRow.ended_at)
+    runs = s.execute(
+        select(*columns).where((RunRow.ended_at.is_(None)) | (RunRow.ended_at > horizon))
     )
-    held = (Holding(r.queue, r.held_gpus, r.started_at, r.ended_at) for r in runs)
+    held = (  # ``RunRow.held_gpus`` from its columns: no ORM object per run
+        Holding(queue, gpus + (share or 0.0), started, ended)
+        for queue, gpus, share, started, ended in runs
+    )
     return usage_of(held, now, half_life_s)

@@ -16,6 +16,7 @@ from control_kit import Fleet, make_spec
 from boltforge.control.scheduling import loop
 from boltforge.control.scheduling.actuate import Touched
 from boltforge.control.scheduling.loop import Scheduler
+from boltforge.control.scheduling.world import Caches, load_world
 from boltforge.core.cycle import holdings_of
 
 
@@ -61,6 +62,25 @@ def test_arrivals_keep_one_world_current_by_the_mirrors_changes(tmp_path: Path) 
         assert fleet.rt.scheduler._world is world
         placed = [fleet.job(j).state for j in fleet.rt.mirror.jobs]
         assert placed.count("scheduled") + placed.count("running") == 3
+
+
+def test_replies_see_the_world_kept_current_and_never_one_changed_under_them(
+    tmp_path: Path,
+) -> None:
+    with Fleet(tmp_path, hosts=2) as fleet:
+        rt = fleet.rt
+        first = fleet.submit(make_spec("a", 8))
+        fleet.submit(make_spec("b", 4))
+        fleet.start_everything()
+        before = rt.world(rt.clock())
+        free = before.state.free.copy()
+        fleet.finish(first)
+        after = rt.world(rt.clock())
+        assert after is not before and (before.state.free == free).all()  # handed out: kept
+        assert int(after.state.free.sum()) == int(free.sum()) + 8
+        whole = load_world(rt.mirror, rt.clock(), Caches(), waiting=())
+        assert sorted(after.state.allocations) == sorted(whole.state.allocations)
+        assert (after.state.free == whole.state.free).all()
 
 
 def test_a_full_pass_held_back_leaves_arrivals_and_dispatch_going(tmp_path: Path) -> None:

@@ -9,10 +9,15 @@ from pathlib import Path
 
 import pytest
 from control_kit import Fleet, make_spec, wait_for
+from sqlalchemy.orm import Session
 
+from boltforge.control.scheduling import loop
+from boltforge.control.scheduling.actuate import record_waits
 from boltforge.control.scheduling.planning import Plan
+from boltforge.control.scheduling.world import World
 from boltforge.control.store.invariants import double_allocations
 from boltforge.core.cycle import Snapshot
+from boltforge.core.decisions import Waiting
 
 Held = tuple[Fleet, threading.Event]
 
@@ -81,3 +86,24 @@ def test_a_plan_applies_whole_when_nothing_changed(held_planner: Held) -> None:
     gate.set()
     wait_for(lambda: fleet.job(waiting).state == "scheduled", 30)
     assert placed_on(fleet, waiting) == {"host-0", "host-1"}
+
+
+def test_a_plans_waiting_reasons_are_written_a_share_per_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(loop, "WAITS_PER_PASS", 2)
+    shares: list[list[str]] = []
+
+    def spy(s: Session, world: World, waits: list[Waiting]) -> None:
+        shares.append([w.job for w in waits])
+        record_waits(s, world, waits)
+
+    monkeypatch.setattr("boltforge.control.scheduling.loop.record_waits", spy)
+    with Fleet(tmp_path, hosts=2, overlap=True) as fleet:
+        fleet.submit(make_spec("big", 16))
+        queue = [fleet.submit(make_spec(f"w{i}", 8)) for i in range(5)]
+        fleet.rt.scheduler.wake()  # a full pass places them in line
+        wait_for(lambda: all(fleet.job(j).position is not None for j in queue), 30)
+        # each plan writes the head of its line at once, the rest after, a share per pass
+        assert {j for share in shares for j in share} == set(queue[2:])
+        assert all(1 <= len(share) <= 2 for share in shares)
