@@ -300,7 +300,7 @@ def _event_page(rt: Runtime, job_id: str, who: Caller, after: int) -> EventPage:
     """The events after ``after`` and the job's state, read after them: on a store where
     each statement sees its own moment (PostgreSQL), the state is never older than the
     events it comes with, so a follower that sees ``placed`` also sees ``scheduled``."""
-    with rt.db.session() as s:
+    with rt.db.reading() as s:  # on SQLite, a long-poll's page waits for no writer
         visible_job(s, job_id, who)
         q = select(EventRow).where(EventRow.job_id == job_id, EventRow.id > after)
         found = [event_out(e) for e in s.scalars(q.order_by(EventRow.id).limit(500))]

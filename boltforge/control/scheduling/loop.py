@@ -389,7 +389,7 @@ class Scheduler:
         shows any of them due. Returns what changed and whether it can change the plan."""
         nodes, holds = upkeep_due(self.mirror, self.terms, now, self.recovery_hold_s)
         if self._surveyor is not None:  # judged off the lock; only findings are acted on
-            self.health.survey(self._surveyor, self.db.session, now, self.poke)
+            self.health.survey(self._surveyor, self.db.reading, now, self.poke)
             check = self.health.ready()
         else:
             check = self.health.due(now)

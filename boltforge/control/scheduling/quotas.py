@@ -18,7 +18,6 @@ from sqlalchemy.orm import Session
 from boltforge.control.audit import audit
 from boltforge.control.auth import Caller
 from boltforge.control.store.models import AuditRow, RunRow
-from boltforge.core.cycle import Snapshot
 from boltforge.core.model.workload import Job
 from boltforge.core.queueing.lending import GuaranteeChange, LendRule, decide, effective, idle_since
 from boltforge.core.queueing.quota import Holdings, QueueSpec, QuotaTree, held_by
@@ -53,7 +52,7 @@ def quota_tree(quotas: TeamQuotas | None, s: Session, world: Any, full: bool) ->
     they were given. Lends and restores write their audit entries in ``s``."""
     if quotas is None or not quotas.specs:
         return None
-    holdings = Snapshot(world.state, (), tuple(world.running), world.now).holdings()
+    holdings = {q: dict(pools) for q, pools in world.holdings().items()}  # kept by the world
     if full:
         _load(quotas, s)
     _step(quotas, s, world.now, holdings, world.pending, full)

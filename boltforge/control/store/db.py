@@ -100,6 +100,27 @@ class Database:
         if wrote:
             self.status.back()
 
+    @contextmanager
+    def reading(self) -> Iterator[Session]:
+        """A session for reads alone. On SQLite it takes no turn: in WAL mode a reader never
+        waits for the writer nor makes it wait, so a long read (a health survey over every
+        running job, a long-poll's page) holds no pass back. It never commits; one that
+        changed anything raises ``RuntimeError`` and changes nothing. (An in-memory SQLite
+        store, which every connection sees afresh, takes its turn as ``session`` does.)"""
+        memory = self.is_sqlite and make_url(self.url).database in (None, "", ":memory:")
+        turn = self._turns if memory else None
+        with turn or contextlib.nullcontext(), self.sessions() as s:
+            try:
+                yield s
+                if s.new or s.dirty or s.deleted or s.info.get(WROTE):
+                    raise RuntimeError("a reading session changed the store; use session()")
+            except BaseException as e:
+                self._failed(e)
+                raise
+            finally:
+                with contextlib.suppress(Exception):  # a lost connection cannot roll back
+                    s.rollback()
+
     def _failed(self, error: BaseException) -> None:
         fault = fault_of(error)
         if fault is not None:

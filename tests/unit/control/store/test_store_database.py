@@ -310,3 +310,29 @@ def test_by_key_does_not_find_rows_added_but_not_flushed(three_nodes: Database) 
         assert by_key(s, NodeRow, ["host-new", "host-0"]).keys() == {"host-0"}
         assert fresh in s.new  # and it was not flushed to look
         s.expunge(fresh)
+
+
+def test_a_reading_session_takes_no_turn_and_lands_no_write(db: Database) -> None:
+    with db.session() as s:
+        a_node(s, "n1")
+    holding, release = threading.Event(), threading.Event()
+
+    def writer() -> None:
+        with db.session() as s:  # holds the SQLite turn until released
+            a_node(s, "n2")
+            s.flush()
+            holding.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    holding.wait(30)
+    with db.reading() as s:  # would wait for the writer's turn if it took one
+        seen = s.scalars(select(NodeRow.name)).all()
+    release.set()
+    thread.join(30)
+    assert seen == ["n1"]  # the writer's row is not committed yet
+    with pytest.raises(RuntimeError, match="use session"), db.reading() as s:
+        a_node(s, "n3")
+    with db.reading() as s:
+        assert sorted(s.scalars(select(NodeRow.name))) == ["n1", "n2"]
