@@ -115,9 +115,8 @@ class LoopStats:
     evictions: int = 0
     cycle_ms: list[float] = field(default_factory=list)
     full_ms: list[float] = field(default_factory=list)
-    world_reads: int = 0  # worlds built from the mirror (full passes, and incremental ones
-    # whose holdings changed)
-    world_ms: list[float] = field(default_factory=list)  # those incremental ones' build times
+    world_reads: int = 0  # worlds read whole from the mirror (``refresh_world`` could not)
+    world_ms: list[float] = field(default_factory=list)  # those reads' times
     refresh_ms: list[float] = field(default_factory=list)  # worlds brought up to date by the
     # mirror's changes instead (``refresh_world``)
     last_full_ms: float = 0.0

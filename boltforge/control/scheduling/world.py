@@ -46,6 +46,7 @@ USABLE_NODES = ("ready", "suspect")  # live: they hold their jobs
 PLACEABLE_NODES = ("ready",)  # suspect nodes keep their jobs but get no new ones
 RECOVERY_HOLD_S = 60.0  # how long a job that lost a host keeps its healthy hosts' GPUs
 ROUTING_REFRESH_S = 60.0  # how often interruption rates are re-read from the store
+REFRESH_MOST = 1000  # jobs changed beyond this (and beyond those running): a whole read
 # A node's health fact: what work the server does not run holds there, as
 # ``gpus=2,cpus=4,memory_gb=8`` (a backend that shares its nodes with others reports it).
 OTHERS = "held_by_others"
@@ -246,7 +247,8 @@ def refresh_world(
     the caller (``add_waiting``).
 
     Returns the version ``world`` shows now. None when this cannot stand in for a whole read:
-    the fleet changed, the change log does not reach back, a node's ``degraded`` flag ran
+    the fleet changed, the change log does not reach back, more jobs changed than
+    ``REFRESH_MOST`` and than run (a whole read is quicker then), a node's ``degraded`` flag ran
     out (``world.stale_at``, with ``world.now`` the time now), a holder's GPUs are given to
     another in ``world``, or a leaving replica holds a share of a GPU; ``world`` is then
     half-changed, and the caller reads the world whole."""
@@ -262,12 +264,13 @@ def refresh_world(
         reps = {j: mirror.replicas_of(j) for j in jobs}
         nodes = {n: mirror.nodes.get(n) for n in names}
         world.ports = _ports([list(mirror.replicas.values())])
-    for job_id in sorted(jobs):
-        _forget(world, job_id)
+    if len(jobs) > max(REFRESH_MOST, len(world.running)):
+        return None  # so much changed that a whole read is quicker
+    _forget(world, jobs)
     for job_id in sorted(jobs):
         _remember(world, rows[job_id], job_id, reps[job_id])
-    held = [r for r in rows.values() if r is not None and r.state in HOLDING]
-    if not all(_hold_current(world, caches, r, reps[r.id]) for r in sorted(held, key=_id)):
+    held = sorted((r for r in rows.values() if r is not None and r.state in HOLDING), key=_id)
+    if not all(_hold_current(world, caches, r, reps[r.id]) for r in held):
         return None
     recovering = [r for r in rows.values() if r is not None and r.recovery_hold is not None]
     waiting = [r for r in recovering if r.state in WAITING]
@@ -288,19 +291,20 @@ def _id(row: LiveJob) -> str:
     return row.id
 
 
-def _forget(world: World, job_id: str) -> None:
-    """Take ``job_id`` out of ``world``: its allocations, running entry, replicas, row and
-    recovery hold."""
+def _forget(world: World, jobs: set[str]) -> None:
+    """Take ``jobs`` out of ``world``: their allocations, running entries, replicas, rows and
+    recovery holds."""
     state = world.state
-    for key in (job_id, f"draining:{job_id}", f"held:{job_id}"):
-        if key in state.allocations:
-            state.release(key)
-    world.replicas.pop(job_id, None)
-    world.rows.pop(job_id, None)
-    world.holds.pop(job_id, None)
-    gone = [r for r in world.running if r.job.id == job_id]
+    for job_id in sorted(jobs):
+        for key in (job_id, f"draining:{job_id}", f"held:{job_id}"):
+            if key in state.allocations:
+                state.release(key)
+        world.replicas.pop(job_id, None)
+        world.rows.pop(job_id, None)
+        world.holds.pop(job_id, None)
+    gone = [r for r in world.running if r.job.id in jobs]
     if gone:
-        world.running = [r for r in world.running if r.job.id != job_id]
+        world.running = [r for r in world.running if r.job.id not in jobs]
         for run in gone:
             if world.held is not None:
                 count_holding(world.held, world.fleet.tree, run, -1)
