@@ -11,7 +11,9 @@ session's unit of work (the intake's bulk inserts, bulk updates) hand their rows
 ``version`` grows with every change that can alter what a pass sees of the fleet's holdings
 (a node's state, cordon or health, a job entering or leaving the GPUs, a replica that starts
 or stops holding them); ``fleet_version`` with every change of the nodes' inventories.
-Replies, reasons and positions, heartbeats and log offsets leave both alone.
+Replies, reasons and positions, heartbeats and log offsets leave both alone. Each step of
+``version`` is logged with the job or node it concerns (``changed_since``), so a reader can
+bring what it derived from the mirror up to date instead of reading it whole.
 
 The mirror also learns the runtimes of the jobs that succeed (``runtimes``, read back from the
 store's most recent ``HISTORY`` successes at ``load``), for the estimates passes give jobs
