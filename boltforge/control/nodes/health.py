@@ -131,10 +131,10 @@ class HealthCheck:
         """Act, in ``s``, on what the finished survey found: its jobs judged again as they
         are now. A survey that failed (the store went away) finds nothing; the next one is
         due as usual."""
-        survey, self._survey = self._survey, None
-        if survey is None or not survey.done():
-            self._survey = survey
+        if not self.ready():
             return Touched()
+        survey, self._survey = self._survey, None
+        assert survey is not None
         try:
             found = survey.result()
         except Exception as e:  # the next survey tries again; a pass goes on meanwhile

@@ -574,40 +574,32 @@ class Scheduler:
     def _world_for(self, s: Session, now: float, job_ids: list[str]) -> World:
         """The world for incremental passes over ``job_ids``: the last one, brought to
         ``now`` by the mirror's changes since it was read (``refresh_world``), with these
-        arrivals; read whole when that cannot be done."""
-        world = self._world
-        if world is not None and now >= world.stale_at:
-            world = None  # a flag it derived from time ran out: read it whole
-        if world is not None and self._world_version != self.mirror.version:
-            started = time.perf_counter()
+        arrivals; read whole when that cannot be done. Its quota tree is built again
+        whenever its holdings moved, and for every arrival while a guarantee is lent (an
+        arrival may restore it)."""
+        world, started, stats = self._world, time.perf_counter(), self.stats
+        moved = world is None or self._world_version != self.mirror.version
+        if world is not None:
             world.now = now
-            version = refresh_world(
-                world, self.mirror, self.caches, self._world_version, self.recovery_hold_s
-            )
-            if version is None:
-                world = None
-            else:
-                self._world_version = version
-                add_waiting(world, self.mirror, job_ids, self.caches)
-                world.quota = quota_tree(self.quotas, s, world, full=False)
-                took = (time.perf_counter() - started) * 1000.0
-                self.stats.refresh_ms = [*self.stats.refresh_ms[-999:], took]
-                return world
+            if moved or now >= world.stale_at:
+                hold = self.recovery_hold_s
+                version = refresh_world(world, self.mirror, self.caches, self._world_version, hold)
+                if version is None:
+                    world = None
+                else:
+                    self._world_version = version
+                    stats.refresh_ms = _kept(stats.refresh_ms, started)
         if world is None:
-            started = time.perf_counter()
             self._fresh_routing(now)
             hold = self.recovery_hold_s
             world = load_world(self.mirror, now, self.caches, waiting=job_ids, hold_s=hold)
-            world.quota = quota_tree(self.quotas, s, world, full=False)
             self._world, self._world_version = world, self.mirror.version
-            stats = self.stats
             stats.world_reads += 1
-            took = (time.perf_counter() - started) * 1000.0
-            stats.world_ms = [*stats.world_ms[-999:], took]
-            return world
-        world.now = now
-        add_waiting(world, self.mirror, job_ids, self.caches)
-        if self.quotas is not None and self.quotas.lent:  # an arrival may restore one
+            stats.world_ms = _kept(stats.world_ms, started)
+            moved = True
+        else:
+            add_waiting(world, self.mirror, job_ids, self.caches)
+        if moved or (self.quotas is not None and self.quotas.lent):
             world.quota = quota_tree(self.quotas, s, world, full=False)
         return world
 
@@ -679,6 +671,11 @@ class Scheduler:
         stats.binds += len(result.binds)
         stats.evictions += len(result.evictions)
         stats.cycle_ms = [*stats.cycle_ms[-999:], ms]
+
+
+def _kept(samples: list[float], started: float) -> list[float]:
+    """``samples`` (the last 1,000 kept) and the milliseconds since ``started``."""
+    return [*samples[-999:], (time.perf_counter() - started) * 1000.0]
 
 
 def upkeep_due(
