@@ -446,26 +446,32 @@ class KubeScheduler:
         touched = state.desired.take_touched()
         if self._unplaced_at != state.unplaced:
             self._unplaced_at, touched = state.unplaced, None
-        runs, done = state.desired.wanted("run"), state.placed
+        runs, unbound = state.desired.wanted("run"), self._unbound
         if touched is None:
-            self._unstarted = {
-                run: wanted for run, wanted in runs.items() if any(r not in done for r in wanted)
-            }
+            self._unstarted = {run: wanted for run, wanted in runs.items() if unbound(wanted)}
             return self._unstarted
         for run in touched:
             wanted = runs.get(run)
-            if wanted is not None and any(r not in done for r in wanted):
+            if wanted is not None and unbound(wanted):
                 self._unstarted[run] = wanted
             else:
                 self._unstarted.pop(run, None)
         return self._unstarted
 
+    def _unbound(self, wanted: Mapping[str, Any]) -> list[str]:
+        """The replicas of ``wanted`` to bind a pod to: neither bound nor ended. A replica
+        whose pod ended stays ended even while the server's desired state still lists it
+        (an exit changes no desired state): binding a new pod to it, such as one of the
+        gang's next attempt, would run work the server has written off."""
+        placed, ended = self.state.placed, self.state.ended
+        return [r for r in wanted if r not in placed and r not in ended]
+
     async def _start(self, all_gangs: Mapping[GangKey, PodGang]) -> None:
         taken: set[str] | None = None
         binds = []
-        done, unstarted = self.state.placed, self._to_start()
+        unstarted = self._to_start()
         for (job, epoch), wanted in list(unstarted.items()):
-            todo = {r: v for r, v in wanted.items() if r not in done}
+            todo = {r: wanted[r] for r in self._unbound(wanted)}
             if not todo:
                 del unstarted[(job, epoch)]
                 continue

@@ -288,6 +288,24 @@ def test_a_pod_deleted_by_someone_else_is_to_run_again(r: Rig) -> None:
     assert (exited.signal, exited.by_node) == (9, True)
 
 
+def test_a_replica_whose_pod_ended_is_not_bound_again_while_still_listed_to_run(
+    r: Rig,
+) -> None:
+    """A pod that failed and went (its controller deleted it) ends its replica for good: a
+    pod its controller made for the next attempt waits for a job of its own, even though the
+    server's desired state still lists the ended replica (an exit changes no intent)."""
+    job = submitted(r, "llm", 2)
+    placed_pods(r, job, ["n1", "n2"])
+    failed = r.pods["research/llm-1"]
+    r.put(kpod("llm-1", uid=failed.uid, node="n2", phase="Failed", exit_codes=[1], group="llm"))
+    r.passes()
+    r.drop("llm-1")
+    r.put(kpod("llm-1-b", group="llm"))  # the next attempt's pod
+    r.passes(2)
+    assert "llm-1-b" not in r.writes.bound
+    assert r.agents.kinds(f"{job}.1.1") == ["started", "exited"]
+
+
 def test_a_pod_replaced_under_the_same_name_counts_as_gone(r: Rig) -> None:
     job = submitted(r, "llm", 1)
     placed_pods(r, job, ["n1"])
