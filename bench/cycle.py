@@ -6,8 +6,14 @@ by the engine itself on the empty fleet (so the fleet is busy the way a schedule
 then 5,000 jobs wait. A full pass (``run_cycle``) and an incremental pass for one arrival
 (``schedule_arrival``) are each timed ``--repeat`` times on the same snapshot, with the garbage
 collector set as ``bolt server`` and ``bolt simulate`` set it (``boltforge.gctune``;
-``--default-gc`` leaves CPython's defaults). ``--json`` prints
-``{"full_cycle_ms": {"median": ..., "p99": ...}, "incremental_ms": {"median": ..., "p99": ...}}``.
+``--default-gc`` leaves CPython's defaults).
+
+A preemption pass is timed on the fleet made full: every host holds a whole-host job of class 3
+that may not be preempted, but one, which a preemptible job of class 4 holds; an 8-GPU arrival
+of class 1 finds room only by evicting it (``schedule_arrival``, as the server's
+pass for an arrival). ``--fleet`` names another fleet (``examples/fleets/h100-100k.yaml``
+is the 100,000-GPU fleet). ``--json`` prints
+``{"full_cycle_ms": {"median": ..., "p99": ...}, "incremental_ms": {...}, "preempt_ms": {...}}``.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ import numpy as np
 from boltforge import gctune
 from boltforge.core.cycle import Snapshot, run_cycle, schedule_arrival
 from boltforge.core.model.gang import Gang
-from boltforge.core.model.state import Allocation, FleetState
+from boltforge.core.model.state import Allocation, FleetState, Grant
+from boltforge.core.model.topology import TopologyTree
 from boltforge.core.model.workload import Job, Running
 from boltforge.core.placement.modes import place_now
 from boltforge.core.policy import named
@@ -62,10 +69,10 @@ def make_job(i: int, gpus: int, runtime: float, submit: float, teams: int) -> Jo
     return Job(f"j{i}", gang, team, submit, time_limit=runtime * 1.5)
 
 
-def build(seed: int, running_n: int, pending_n: int) -> Snapshot:
+def build(seed: int, running_n: int, pending_n: int, fleet: Path = FLEET) -> Snapshot:
     rng = random.Random(seed)
     draws = trace_jobs()
-    tree = load_fleet(FLEET)
+    tree = load_fleet(fleet)
     state = FleetState(tree)
     running: list[Running] = []
     i = 0
@@ -82,6 +89,26 @@ def build(seed: int, running_n: int, pending_n: int) -> Snapshot:
         running.append(Running(job, state.allocations[job.id], started))
     pending = [make_job(i + k, *rng.choice(draws), float(k), 40) for k in range(pending_n)]
     return Snapshot(state, tuple(pending), tuple(running), now=float(pending_n))
+
+
+def made_full(tree: TopologyTree, now: float) -> tuple[Snapshot, Job]:
+    """``tree``'s fleet full (``preempt_ms`` in the module's docstring), nothing waiting, and
+    the arrival that must preempt."""
+    state, running = FleetState(tree), []
+    hosts = [h for h, gpus in enumerate(tree.host_gpus.tolist()) if gpus]
+    for n, host in enumerate(hosts):
+        victim = n == len(hosts) - 1
+        gpus = int(tree.host_gpus[host])
+        gang = make_gang(f"fill{n}", gpus=gpus, per_node=gpus)
+        gang = Gang(gang.name, gang.roles, gang.topology, "fill", 4 if victim else 3)
+        job = Job(gang.name, gang, "fill", now - 7200.0, 86400.0, preemptible=victim)
+        grant = Grant(gang.roles[0].name, 0, host, tuple(range(gpus)))
+        state.allocate(Allocation(job.id, (grant,), now + 86400.0, job.priority))
+        running.append(Running(job, state.allocations[job.id], now - 7200.0, now - 600.0))
+    urgent = make_gang("urgent", gpus=8, per_node=8)
+    urgent = Gang(urgent.name, urgent.roles, urgent.topology, "prod", 1)
+    arrival = Job("urgent", urgent, "prod", now, 3600.0)
+    return Snapshot(state, (), tuple(running), now=now), arrival
 
 
 def timed(fn: object, repeat: int) -> list[float]:
@@ -107,12 +134,13 @@ def main() -> None:
     parser.add_argument("--pending", type=int, default=5000)
     parser.add_argument("--running", type=int, default=1500)
     parser.add_argument("--policy", default="default")
+    parser.add_argument("--fleet", type=Path, default=FLEET, help="Fleet spec (YAML).")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--default-gc", action="store_true", help="CPython's GC thresholds")
     args = parser.parse_args()
     if not args.default_gc:
         gctune.tune()
-    snap = build(1, args.running, args.pending)
+    snap = build(1, args.running, args.pending, args.fleet)
     policy = named(args.policy)
     used = 1 - snap.state.free_gpus / snap.state.tree.total_gpus
     result = run_cycle(snap, policy)
@@ -122,8 +150,13 @@ def main() -> None:
         lambda: schedule_arrival(snap, arrival, policy, result.reservations),
         max(args.repeat * 4, 20),
     )
+    packed, urgent = made_full(snap.state.tree, snap.now)
+    preempted = schedule_arrival(packed, urgent, policy, ())
+    if [e.job for e in preempted.evictions] != [packed.running[-1].job.id]:
+        raise SystemExit(f"the urgent arrival did not evict the one preemptible job: {preempted}")
+    bump = timed(lambda: schedule_arrival(packed, urgent, policy, ()), max(args.repeat * 4, 20))
     out: dict[str, Any] = {
-        "fleet": "h100-16k",
+        "fleet": args.fleet.stem,
         "policy": policy.name,
         "running": len(snap.running),
         "pending": len(snap.pending),
@@ -133,6 +166,8 @@ def main() -> None:
         "gc": "default" if args.default_gc else "gctune",
         "full_cycle_ms": stats(full),
         "incremental_ms": stats(inc),
+        "preempt_running": len(packed.running),
+        "preempt_ms": stats(bump),
     }
     if args.json:
         json.dump(out, sys.stdout, indent=2)
@@ -149,6 +184,10 @@ def main() -> None:
     print(
         f"one arrival  median {out['incremental_ms']['median']:.1f} ms, "
         f"p99 {out['incremental_ms']['p99']:.1f} ms"
+    )
+    print(
+        f"preemption   median {out['preempt_ms']['median']:.1f} ms, "
+        f"p99 {out['preempt_ms']['p99']:.1f} ms ({out['preempt_running']} running, fleet full)"
     )
 
 

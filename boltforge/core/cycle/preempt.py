@@ -26,7 +26,7 @@ from boltforge.core.model.workload import Job, Running
 from boltforge.core.placement.answers import Placement
 from boltforge.core.placement.modes import when_and_where
 from boltforge.core.policy import Ordering, Policy
-from boltforge.core.preempt.bump import TIERS, BumpRule, Margins, needs_s, tier, worth_bumping
+from boltforge.core.preempt.bump import TIERS, BumpRule, Margins, needs_s, worth_bumping
 from boltforge.core.preempt.bump import standing as bump_standing
 from boltforge.core.preempt.choose import (
     NoVictims,
@@ -296,8 +296,7 @@ def _running_standing(p: PassState) -> dict[str, tuple[int, ...]] | None:
     if p.policy.ordering == Ordering.LAS:
         p.standing = {r.job.id: own_standing(p.policy, r.job, p.now, r.start_time) for r in runs}
     else:  # bumping: the tier of each one's time left, as the pass's margins have it
-        left = _margins(p).left
-        p.standing = {r.job.id: (r.job.priority, tier(left[r.job.id])) for r in runs}
+        p.standing = _margins(p).standing()
     return p.standing
 
 

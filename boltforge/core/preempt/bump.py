@@ -32,7 +32,7 @@ from boltforge.core.model.topology import BoolArray, FloatArray, IntArray
 from boltforge.core.model.workload import Job, Running
 from boltforge.core.preempt.text import gpu_hours, span
 from boltforge.core.preempt.victims import PreemptRules, open_to_bumps, saved_within
-from boltforge.core.queueing.shortest import runtime_left
+from boltforge.core.queueing.shortest import runtime_left, runtimes_left
 
 TIERS = 64  # tiers a class holds: powers of two of seconds, far beyond any runtime
 
@@ -57,8 +57,16 @@ def ran_s(job: Job, now: float, started: float | None = None) -> float:
 
 
 def tier(left_s: float) -> int:
-    """The tier of a job with ``left_s`` seconds left: the power of two below it."""
-    return min(TIERS - 1, max(0, int(math.log2(max(left_s, 1.0)))))
+    """The tier of a job with ``left_s`` seconds left: the power of two at or below it (read
+    off the float's exponent, exact on every machine)."""
+    return min(TIERS - 1, max(0, math.frexp(max(left_s, 1.0))[1] - 1))
+
+
+def tiers(left_s: FloatArray) -> IntArray:
+    """``tier`` of each of ``left_s`` at once."""
+    exponents = np.frexp(np.maximum(left_s, 1.0))[1].astype(np.int64)
+    out: IntArray = np.clip(exponents - 1, 0, TIERS - 1)
+    return out
 
 
 def standing(job: Job, now: float, started: float | None = None) -> tuple[int, int]:
@@ -75,6 +83,21 @@ def needs_s(job: Job, now: float) -> float:
 def time_left(run: Running, now: float) -> float:
     """Seconds running ``run`` is expected to need still (``shortest.runtime_left``)."""
     return runtime_left(run.job, ran_s(run.job, now, run.start_time))
+
+
+def times_left(runs: Sequence[Running], now: float) -> FloatArray:
+    """``time_left`` of each of ``runs`` at once, figure for figure."""
+    n, jobs = len(runs), [r.job for r in runs]
+    nan = math.nan
+    gpus = np.fromiter((j.gpus for j in jobs), np.float64, n)
+    attained = np.fromiter((j.attained_gpu_seconds for j in jobs), np.float64, n)
+    started = np.fromiter((r.start_time for r in runs), np.float64, n)
+    typical = np.fromiter((nan if j.typical is None else j.typical for j in jobs), np.float64, n)
+    bound = np.fromiter(
+        (nan if (b := j.expected_runtime()) is None else b for j in jobs), np.float64, n
+    )
+    ran = attained / np.maximum(gpus, 1.0) + np.maximum(now - started, 0.0)
+    return runtimes_left(typical, bound, ran)
 
 
 class _Columns(NamedTuple):
@@ -98,7 +121,15 @@ class Margins:
 
     def __init__(self, runs: Iterable[Running], now: float, rules: PreemptRules) -> None:
         self.runs, self.now, self.rules = list(runs), now, rules
-        self.left = {r.job.id: time_left(r, now) for r in self.runs}
+        self.seconds = times_left(self.runs, now)  # in the order of ``runs``
+        self.left = dict(zip((r.job.id for r in self.runs), self.seconds.tolist(), strict=True))
+
+    def standing(self) -> dict[str, tuple[int, ...]]:
+        """Each running job's standing by job id (``standing``): its class and the tier of
+        its time left."""
+        classes = (r.job.priority for r in self.runs)
+        marks = zip(classes, tiers(self.seconds).tolist(), strict=True)
+        return dict(zip(self.left, marks, strict=True))
 
     @cached_property
     def _columns(self) -> _Columns:
@@ -110,7 +141,7 @@ class Margins:
             list(self.left),
             np.fromiter((r.job.priority for r in runs), np.int64, n),
             gpus,
-            np.fromiter(self.left.values(), np.float64, n),
+            self.seconds,
             lost / np.maximum(gpus, 1),
             np.fromiter((open_to_bumps(r, rules, now) for r in runs), np.bool_, n),
             np.fromiter((window is None or saved_within(r, now, window) for r in runs), bool, n),

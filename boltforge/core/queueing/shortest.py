@@ -60,6 +60,19 @@ def runtime_left(job: Job, ran_s: float) -> float:
     return max(left, 1.0)
 
 
+def runtimes_left(typical: FloatArray, bound: FloatArray, ran_s: FloatArray) -> FloatArray:
+    """``runtime_left`` of many jobs at once, figure for figure: each job's ``typical``
+    runtime and its ``bound`` (``Job.expected_runtime``), NaN where it has none, and the
+    seconds it ran (arrays in step)."""
+    expect = np.where(np.isnan(typical), bound, typical)
+    past = np.where(ran_s < expect, expect - ran_s, ran_s)
+    left = np.where(np.isnan(expect), np.maximum(UNKNOWN_RUNTIME_S, ran_s), past)
+    capped = ran_s < bound  # False where there is no bound
+    left = np.where(capped, np.minimum(left, bound - ran_s), left)
+    out: FloatArray = np.maximum(left, 1.0)
+    return out
+
+
 def work_left(job: Job) -> float:
     """GPU-seconds ``job`` still needs: its GPUs times its ``runtime_left`` after the service
     it attained before."""

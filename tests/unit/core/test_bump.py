@@ -14,11 +14,14 @@ from boltforge.core.model.state import Allocation, FleetState, Grant
 from boltforge.core.model.workload import Job, Running
 from boltforge.core.policy import POLICIES, Preemption
 from boltforge.core.preempt.bump import (
+    TIERS,
     BumpRule,
     Margins,
     needs_s,
     standing,
     tier,
+    tiers,
+    time_left,
     worth_bumping,
 )
 from boltforge.core.preempt.victims import PreemptRules
@@ -164,6 +167,53 @@ def test_bumping_pays_exactly_when_the_victim_has_gain_times_need_plus_loss_left
 def test_more_time_left_never_stands_higher(a: float, b: float) -> None:
     low, high = sorted((a, b))
     assert tier(low) <= tier(high)
+
+
+@given(st.floats(min_value=0.0, max_value=1e12))
+def test_a_tier_is_the_power_of_two_at_or_below_the_time_left(left: float) -> None:
+    t = tier(left)
+    assert t == 0 or 2.0**t <= left
+    assert t == TIERS - 1 or left < 2.0 ** (t + 1)
+    assert int(tiers(np.array([left]))[0]) == t
+
+
+maybe_hours = st.none() | st.floats(min_value=0.0, max_value=1000.0)
+runs_of = st.lists(
+    st.tuples(
+        maybe_hours,  # time limit
+        maybe_hours,  # learned estimate
+        maybe_hours,  # typical runtime
+        st.floats(min_value=0.0, max_value=500.0),  # hours attained before this run
+        st.floats(min_value=-1.0, max_value=2000.0),  # hours since this run started
+        st.sampled_from([1, 2, 4, 8, 16]),  # GPUs
+    ),
+    max_size=12,
+)
+
+
+@given(runs_of)
+def test_margins_read_every_running_jobs_time_left_and_standing_as_one_by_one(
+    specs: list[tuple[float | None, float | None, float | None, float, float, int]],
+) -> None:
+    runs = []
+    for i, (limit, estimate, typical, attained, ran, gpus) in enumerate(specs):
+        g = make_gang(f"j{i}", gpus=gpus, per_node=min(gpus, 8))
+        hours = {"limit": limit, "estimate": estimate, "typical": typical}
+        limit_s, estimate_s, typical_s = (None if h is None else h * HOUR for h in hours.values())
+        j = Job(
+            f"j{i}",
+            Gang(g.name, g.roles, g.topology, "team", 2 + i % 3),
+            "team",
+            0.0,
+            time_limit=limit_s,
+            estimate=estimate_s,
+            typical=typical_s,
+            attained_gpu_seconds=attained * HOUR * gpus,
+        )
+        runs.append(Running(j, ALLOCATION, NOW - ran * HOUR))
+    margins = Margins(runs, NOW, PreemptRules())
+    assert list(margins.left.values()) == [time_left(r, NOW) for r in runs]
+    assert margins.standing() == {r.job.id: standing(r.job, NOW, r.start_time) for r in runs}
 
 
 def test_a_waiting_job_stands_by_its_class_and_the_tier_of_its_time_left() -> None:
