@@ -328,8 +328,8 @@ def server_command(
     in the data directory (admin-token, readable by you only). With --tls-cert and --tls-key
     it serves HTTPS only; clients verify it with `--ca` (see docs/control-plane.md, TLS).
     """
-    import uvicorn
 
+    from boltforge.control import closing
     from boltforge.control.app import create_app
 
     if policy not in POLICIES:
@@ -388,7 +388,7 @@ def server_command(
     except StoreError as e:
         errors.print(f"[bold red]error[/] {escape(str(e))}", highlight=False)
         raise typer.Exit(2) from None
-    uvicorn.run(
+    closing.serve(
         app,
         host=host,
         port=port,

@@ -30,9 +30,25 @@ class Notifier:
         self._lock = threading.Lock()
         self._seq = 0
         self._log: deque[tuple[int, str]] = deque(maxlen=LOG_SIZE)
+        self._closed = False
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+
+    @property
+    def closed(self) -> bool:
+        """Whether the server is shutting down: long-polls answer with what they have."""
+        return self._closed
+
+    def close(self) -> None:
+        """The server is shutting down: wake every waiter, and let none wait again (call
+        on the event loop)."""
+        self._closed = True
+        waiting, self._waiters = self._waiters, {}
+        for futures in waiting.values():
+            for fut in futures:
+                if not fut.done():
+                    fut.set_result(None)
 
     def count(self, key: str) -> int:
         with self._lock:
@@ -80,7 +96,11 @@ class Notifier:
             return self._seq, keys
 
     async def wait(self, key: str, seen: int, timeout: float) -> bool:
-        """Wait until ``key``'s counter differs from ``seen`` (True) or ``timeout`` (False)."""
+        """Wait until ``key``'s counter differs from ``seen`` or ``close`` is called (True),
+        or ``timeout`` (False); False at once once closed (the caller answers with what it
+        has)."""
+        if self._closed:
+            return False
         if self.count(key) != seen:
             return True
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()

@@ -102,7 +102,7 @@ async def desired_changes(
         names = _own(rt, who, names)
         states = [s for s in (protocol.desired(rt.mirror, n) for n in names) if s is not None]
         left = deadline - rt.clock()
-        if states or keys is None or left <= 0:
+        if states or keys is None or left <= 0 or rt.notifier.closed:
             return DesiredChanges(seq=seq, full=keys is None, nodes=states)
         since = seq
         await rt.notifier.wait(ANY, seen, left)
@@ -124,7 +124,7 @@ async def desired(
         seen = rt.notifier.count(key)
         state = _desired(rt, node)  # memory only: no thread needed
         left = deadline - rt.clock()
-        if state.version > since or left <= 0:
+        if state.version > since or left <= 0 or rt.notifier.closed:
             return state
         await rt.notifier.wait(key, seen, left)
 

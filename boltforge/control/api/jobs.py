@@ -291,7 +291,7 @@ async def events(
         seen = rt.notifier.count(key)
         page = await run_in_threadpool(_event_page, rt, job_id, who, after)
         left = deadline - rt.clock()
-        if page.events or page.state in TERMINAL or left <= 0:
+        if page.events or page.state in TERMINAL or left <= 0 or rt.notifier.closed:
             return page
         await rt.notifier.wait(key, seen, left)
 
@@ -327,7 +327,7 @@ async def logs(
         seen = rt.notifier.count(key)
         page = await run_in_threadpool(_log_page, rt, job_id, who, after)
         left = deadline - rt.clock()
-        if page.lines or page.state in TERMINAL or left <= 0:
+        if page.lines or page.state in TERMINAL or left <= 0 or rt.notifier.closed:
             return page
         await rt.notifier.wait(key, seen, min(left, 1.0))
 

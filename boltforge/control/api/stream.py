@@ -49,7 +49,7 @@ async def stream(request: Request, who: People, rt: Rt) -> StreamingResponse:
 async def _events(request: Request, who: Caller, rt: Runtime) -> AsyncIterator[str]:
     seq = rt.notifier.seq
     yield _event("hello", {"seq": seq, "who": who.name})
-    while not await request.is_disconnected():
+    while not rt.notifier.closed and not await request.is_disconnected():
         seen = rt.notifier.count(ANY)
         latest, keys = rt.notifier.since(seq)
         if keys is None or keys:

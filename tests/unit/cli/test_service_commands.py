@@ -1,7 +1,7 @@
 """The long-running commands (``bolt server``, ``bolt agent``, ``bolt kube-scheduler``,
 ``bolt slurm-bridge``) as an operator starts them: each bad option exits 2 naming the option
 and the fix before anything starts, and good options reach what would run. Nothing is
-served: the point where each would start serving (``uvicorn.run``, ``agent.serve.serve``, the
+served: the point where each would start serving (``closing.serve``, ``agent.serve.serve``, the
 scheduler's and bridge's ``run``) is replaced by a recorder."""
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from s3_kit import S3
 from typer.testing import CliRunner, Result
 
@@ -27,6 +26,7 @@ import boltforge.kube.scheduler as kube_scheduler
 import boltforge.slurm.bridge as slurm_bridge
 from boltforge.cli.main import app
 from boltforge.cli.server import _first_admin_token
+from boltforge.control import closing
 from boltforge.control.nodes.agents import LeaseTerms
 from boltforge.control.runtime import ServerConfig
 from boltforge.core.health import StragglerAction
@@ -88,7 +88,7 @@ def quiet_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]
 
 @dataclass
 class Served:
-    """What ``bolt server`` would have served: the config and uvicorn's arguments."""
+    """What ``bolt server`` would have served: the config and uvicorn's options."""
 
     configs: list[ServerConfig] = field(default_factory=list)
     runs: list[dict[str, Any]] = field(default_factory=list)
@@ -111,7 +111,7 @@ def served(monkeypatch: pytest.MonkeyPatch) -> Served:
         seen.collector_tuned += 1
 
     monkeypatch.setattr(control_app, "create_app", create_app)
-    monkeypatch.setattr(uvicorn, "run", run)
+    monkeypatch.setattr(closing, "serve", run)
     monkeypatch.setattr(gctune, "tune", tune)
     return seen
 
@@ -240,7 +240,7 @@ def test_artifacts_in_a_bucket_reach_the_config(served: Served, tmp_path: Path) 
 def test_a_bucket_that_cannot_be_used_exits_2_saying_why(
     s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: pytest.fail("served"))
+    monkeypatch.setattr(closing, "serve", lambda *a, **k: pytest.fail("served"))
     monkeypatch.setattr(gctune, "tune", lambda: None)  # the test process keeps its collector
     url = f"s3://{s3.bucket}-missing/bolt"
     result = server(tmp_path, "--artifacts-url", url, "--artifacts-endpoint", s3.endpoint)

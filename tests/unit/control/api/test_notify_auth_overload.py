@@ -74,6 +74,24 @@ def test_a_waiter_wakes_when_its_key_is_notified_from_another_thread() -> None:
     assert n._waiters.get("job:1", []) == []
 
 
+def test_closing_wakes_every_waiter_and_lets_none_wait_again() -> None:
+    """The server shuts down: its long-polls answer with what they have."""
+
+    async def go() -> tuple[list[bool], bool]:
+        n = Notifier()
+        n.bind(asyncio.get_running_loop())
+        waiting = [asyncio.ensure_future(n.wait(k, n.count(k), 60.0)) for k in ("job:1", ANY)]
+        await asyncio.sleep(0.01)
+        n.close()
+        woken = await asyncio.wait_for(asyncio.gather(*waiting), 5.0)
+        again = await asyncio.wait_for(n.wait("job:1", n.count("job:1"), 60.0), 5.0)
+        return woken, again
+
+    woken, again = asyncio.run(go())
+    assert woken == [True, True]  # woken by the close, not by their 60 s timeouts
+    assert again is False
+
+
 def test_a_waiter_on_any_wakes_for_every_key() -> None:
     assert asyncio.run(_waits(Notifier(), ANY, 10.0, ["node:x"])) is True
 
