@@ -432,9 +432,10 @@ class Scheduler:
 
     def _decide(self, plan: Plan, snap: Snapshot) -> Plan:
         """The core's full cycle over ``snap`` (3. decide); touches nothing shared."""
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         plan.result = run_cycle(snap, self.policy)
         plan.compute_ms = (time.perf_counter() - started) * 1000.0
+        plan.compute_cpu_ms = (time.thread_time() - cpu) * 1000.0
         return plan
 
     def _finish_plan(self, now: float) -> Touched:
@@ -512,11 +513,12 @@ class Scheduler:
         self._count(stats.last_full_ms, result)
         if stats.last_full_ms > SLOW_FULL_MS:
             log.warning(
-                "slow full pass: %.0f ms (read %.0f, decide %.0f, apply %.0f); "
-                "%d waiting, %d running; %d binds, %d evictions",
+                "slow full pass: %.0f ms (read %.0f, decide %.0f of which %.0f on the CPU, "
+                "apply %.0f); %d waiting, %d running; %d binds, %d evictions",
                 stats.last_full_ms,
                 plan.read_ms,
                 plan.compute_ms,
+                plan.compute_cpu_ms,
                 apply_ms,
                 len(plan.world.pending),
                 len(plan.world.running),

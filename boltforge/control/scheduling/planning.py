@@ -36,6 +36,7 @@ class Plan:
     result: CycleResult | None = None
     read_ms: float = 0.0
     compute_ms: float = 0.0
+    compute_cpu_ms: float = 0.0  # of it, the planning thread's own CPU time
 
 
 def still_valid(result: CycleResult, planned: World, current: World) -> CycleResult:

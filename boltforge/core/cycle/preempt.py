@@ -14,7 +14,7 @@ bump that pays (``bump.Margins``, the running jobs' time left, made once per pas
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from boltforge.core.cycle.admit import admit_placement
 from boltforge.core.cycle.place import bind
@@ -59,7 +59,7 @@ def preempt(
         return False, ()
     standing = _standing(p, finder)
     alive = _alive(p, standing)
-    reclaim = frozenset(r.job.id for r in alive.borrowing if _is_owed(p, finder, r))
+    reclaim = _owed_to(p, finder, alive)
     mine = standing_of(finder, standing)
     if not reclaim and not alive.any_below(mine):
         return False, ()  # nothing it may bump: nothing of lower standing, nothing owed to it
@@ -170,6 +170,11 @@ class Alive:
     screens: Screens
     margins: Margins | None = None
     among: BoolArray | None = None
+    pools_of: dict[str, frozenset[str]] = field(default_factory=dict)  # of each borrower's GPUs
+
+    def pools(self) -> frozenset[str]:
+        """The pools where some job borrows."""
+        return frozenset().union(*self.pools_of.values())
 
     def any_below(self, mine: tuple[int, ...]) -> bool:
         """Whether one of the jobs stands lower (is less important) than ``mine``."""
@@ -198,7 +203,10 @@ def _alive(p: PassState, standing: dict[str, tuple[int, ...]] | None) -> Alive:
         borrowers = frozenset(r.job.id for r in borrowing)
         margins = None if bump_rule(p.policy) is None else _margins(p)
         among = None if margins is None else margins.holding(p.work.allocations)
-        p.alive = Alive(jobs, borrowing, borrowers, least, reachable, Screens(), margins, among)
+        pools_of = {r.job.id: _pools(p, r) for r in borrowing}
+        p.alive = Alive(
+            jobs, borrowing, borrowers, least, reachable, Screens(), margins, among, pools_of
+        )
     return p.alive
 
 
@@ -307,12 +315,29 @@ def _margins(p: PassState) -> Margins:
     return p.margins
 
 
-def _is_owed(p: PassState, job: Job, victim: Running) -> bool:
-    """Whether ``job``'s queue is owed capacity that ``victim`` (borrowing) may be holding."""
-    if p.quota is None or victim.job.queue == job.queue:
-        return False
-    pools = {p.work.tree.pool_of(g.host).name for g in victim.allocation.grants if g.gpus}
-    return any(reclaimable_for(p.quota, p.holdings, job.queue, pool) > 0 for pool in pools)
+def _pools(p: PassState, run: Running) -> frozenset[str]:
+    """The pools where ``run`` holds GPUs (as it started the pass)."""
+    pool_of = p.work.tree.pool_of
+    return frozenset(pool_of(g.host).name for g in run.allocation.grants if g.gpus)
+
+
+def _owed_to(p: PassState, job: Job, alive: Alive) -> frozenset[str]:
+    """The borrowing jobs ``job``'s queue may reclaim from: those of other queues holding
+    GPUs in a pool where its queue is owed capacity (``reclaimable_for``: guaranteed there
+    and not held). Each pool is asked once per search, and each job's pools once per
+    ``Alive``."""
+    if p.quota is None or not alive.borrowing:
+        return frozenset()
+    quota, holdings = p.quota, p.holdings
+    owed = {pool for pool in alive.pools() if reclaimable_for(quota, holdings, job.queue, pool) > 0}
+    if not owed:
+        return frozenset()
+    pools = alive.pools_of
+    return frozenset(
+        r.job.id
+        for r in alive.borrowing
+        if r.job.queue != job.queue and not owed.isdisjoint(pools[r.job.id])
+    )
 
 
 def _evict(p: PassState, job: Job, found: Victims) -> None:

@@ -150,7 +150,7 @@ def test_a_slow_full_pass_is_logged_with_where_its_time_went(
         if r.thread == here and "slow full pass" in r.getMessage()
     ]
     assert re.fullmatch(
-        r"slow full pass: \d+ ms \(read \d+, decide \d+, apply \d+\); "
+        r"slow full pass: \d+ ms \(read \d+, decide \d+ of which \d+ on the CPU, apply \d+\); "
         r"1 waiting, 1 running; 0 binds, 0 evictions",
         said,
     ), said
