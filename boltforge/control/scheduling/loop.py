@@ -422,7 +422,7 @@ class Scheduler:
             promised = frozenset(r.job for r in self.reservations)
             snap = world.snapshot(self._usage(s, now), self._recent(now), promised)
         plan = Plan(world, self.mirror.version, self.mirror.fleet_version)
-        plan.read_ms = (time.perf_counter() - started) * 1000.0
+        plan.read_ms = _ms_since(started)
         if self._planner is None:
             self._plan = self._decide(plan, snap)
             return self._finish_plan(now)
@@ -434,7 +434,7 @@ class Scheduler:
         """The core's full cycle over ``snap`` (3. decide); touches nothing shared."""
         started, cpu = time.perf_counter(), time.thread_time()
         plan.result = run_cycle(snap, self.policy)
-        plan.compute_ms = (time.perf_counter() - started) * 1000.0
+        plan.compute_ms = _ms_since(started)
         plan.compute_cpu_ms = (time.thread_time() - cpu) * 1000.0
         return plan
 
@@ -459,7 +459,7 @@ class Scheduler:
             self.poke()
         with self.db.session() as s:
             touched = self._persist(s, world, result)
-        apply_ms = (time.perf_counter() - started) * 1000.0
+        apply_ms = _ms_since(started)
         self._count_full(plan, now, apply_ms, result)
         return touched
 
@@ -509,7 +509,7 @@ class Scheduler:
         stats.last_full_at = now
         stats.last_full_end = time.monotonic()
         stats.last_full_ms = plan.read_ms + plan.compute_ms + apply_ms
-        stats.full_ms = [*stats.full_ms[-999:], stats.last_full_ms]
+        stats.full_ms = _kept(stats.full_ms, stats.last_full_ms)
         self._count(stats.last_full_ms, result)
         if stats.last_full_ms > SLOW_FULL_MS:
             log.warning(
@@ -590,14 +590,14 @@ class Scheduler:
                     world = None
                 else:
                     self._world_version = version
-                    stats.refresh_ms = _kept(stats.refresh_ms, started)
+                    stats.refresh_ms = _kept(stats.refresh_ms, _ms_since(started))
         if world is None:
             self._fresh_routing(now)
             hold = self.recovery_hold_s
             world = load_world(self.mirror, now, self.caches, waiting=job_ids, hold_s=hold)
             self._world, self._world_version = world, self.mirror.version
             stats.world_reads += 1
-            stats.world_ms = _kept(stats.world_ms, started)
+            stats.world_ms = _kept(stats.world_ms, _ms_since(started))
             moved = True
         else:
             add_waiting(world, self.mirror, job_ids, self.caches)
@@ -663,7 +663,7 @@ class Scheduler:
         return tuple(self.recent)
 
     def _timed(self, started: float, result: CycleResult) -> None:
-        self._count((time.perf_counter() - started) * 1000.0, result)
+        self._count(_ms_since(started), result)
 
     def _count(self, ms: float, result: CycleResult) -> None:
         """Count one pass of ``ms`` milliseconds that decided ``result``."""
@@ -672,12 +672,17 @@ class Scheduler:
         stats.last_cycle_ms = ms
         stats.binds += len(result.binds)
         stats.evictions += len(result.evictions)
-        stats.cycle_ms = [*stats.cycle_ms[-999:], ms]
+        stats.cycle_ms = _kept(stats.cycle_ms, ms)
 
 
-def _kept(samples: list[float], started: float) -> list[float]:
-    """``samples`` (the last 1,000 kept) and the milliseconds since ``started``."""
-    return [*samples[-999:], (time.perf_counter() - started) * 1000.0]
+def _ms_since(started: float) -> float:
+    """Milliseconds since ``started`` (a ``time.perf_counter()`` reading)."""
+    return (time.perf_counter() - started) * 1000.0
+
+
+def _kept(samples: list[float], ms: float) -> list[float]:
+    """``samples`` (the last 1,000 kept) and ``ms`` after them."""
+    return [*samples[-999:], ms]
 
 
 def upkeep_due(

@@ -15,6 +15,7 @@ bump that pays (``bump.Margins``, the running jobs' time left, made once per pas
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from boltforge.core.cycle.admit import admit_placement
 from boltforge.core.cycle.place import bind
@@ -172,6 +173,7 @@ class Alive:
     among: BoolArray | None = None
     pools_of: dict[str, frozenset[str]] = field(default_factory=dict)  # of each borrower's GPUs
 
+    @cached_property
     def pools(self) -> frozenset[str]:
         """The pools where some job borrows."""
         return frozenset().union(*self.pools_of.values())
@@ -329,7 +331,7 @@ def _owed_to(p: PassState, job: Job, alive: Alive) -> frozenset[str]:
     if p.quota is None or not alive.borrowing:
         return frozenset()
     quota, holdings = p.quota, p.holdings
-    owed = {pool for pool in alive.pools() if reclaimable_for(quota, holdings, job.queue, pool) > 0}
+    owed = {pool for pool in alive.pools if reclaimable_for(quota, holdings, job.queue, pool) > 0}
     if not owed:
         return frozenset()
     pools = alive.pools_of
