@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
@@ -30,6 +31,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from boltforge.control.store import ahead
 from boltforge.control.store.models import CounterRow, NodeClaimRow, TokenRow
 
 ROLES = ("admin", "member", "viewer", "agent")
@@ -44,7 +46,7 @@ class NodeScope:
     ``claims``: whether it claims a node on first use (a token bound to no pattern)."""
 
     patterns: tuple[str, ...] = ()
-    claimed: frozenset[str] = frozenset()
+    claimed: AbstractSet[str] = frozenset()
     claims: bool = False
 
     @property
@@ -65,8 +67,11 @@ class NodeScope:
         """The names in ``nodes`` the token may act for, in order."""
         return list(nodes) if self.everywhere else [n for n in nodes if self.allows(n)]
 
-    def with_claim(self, node: str) -> NodeScope:
-        return NodeScope(self.patterns, self.claimed | {node}, self.claims)
+    def growing(self) -> NodeScope:
+        """This scope with a claimed set of its own, which its holder may add claims to in
+        place (``control/tokencache.py``): a fleet's claims are then recorded one node at a
+        time, never by copying every claim before it."""
+        return NodeScope(self.patterns, set(self.claimed), self.claims)
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +254,7 @@ def claim(s: Session, who: Caller, node: str, at: float, registering: bool) -> C
             f"To fix: use the node's own token, or bind one with "
             f"`bolt token create NAME --role agent --node {node}`"
         )
-    held = s.get(NodeClaimRow, node)
+    held = ahead.get(s, NodeClaimRow, node)
     if held is not None and held.token_id != who.token_id:
         holder = s.get(TokenRow, held.token_id)
         if holder is not None and state_of(holder, at) == "active":
@@ -258,6 +263,20 @@ def claim(s: Session, who: Caller, node: str, at: float, registering: bool) -> C
                 f"that token, or revoke it (`bolt token revoke {holder.id}`) first"
             )
     return Claimed(None, _record(s, node, who, at))
+
+
+CLAIMING = "claim\x00"  # a batch read key: a node a token may claim
+
+
+def claiming(node: str) -> str:
+    """The batch read key of a claim of ``node`` (``read_claims``)."""
+    return CLAIMING + node
+
+
+def read_claims(s: Session, keys: Iterable[str]) -> None:
+    """Read the claims of the nodes named by ``keys`` (``claiming``) in one statement, so
+    that ``claim`` asks the store nothing more for them in this transaction."""
+    ahead.read(s, NodeClaimRow, NodeClaimRow.node, (k[len(CLAIMING) :] for k in keys))
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,9 +292,11 @@ def _record(s: Session, node: str, who: Caller, at: float) -> bool:
     """Record that ``node`` belongs to ``who``; whether it belonged to another token (then
     the change counter moves, so that every server forgets that token's scope)."""
     assert who.token_id is not None
-    held = s.get(NodeClaimRow, node)
+    held = ahead.get(s, NodeClaimRow, node)
     if held is None:
-        s.add(NodeClaimRow(node=node, token_id=who.token_id, at=at))
+        row = NodeClaimRow(node=node, token_id=who.token_id, at=at)
+        s.add(row)
+        ahead.added(s, NodeClaimRow, node, row)
         return False
     if held.token_id == who.token_id:
         return False

@@ -14,8 +14,7 @@ from boltforge.control.auth import Caller, create_token, digest
 from boltforge.control.jobs.artifacts import open_store
 from boltforge.control.jobs.intake import Intake, Rows
 from boltforge.control.nodes.agents import LeaseTerms, extend_leases
-from boltforge.control.nodes.feed import Feed
-from boltforge.control.nodes.reports import read_ahead
+from boltforge.control.nodes.feed import Feed, read_ahead
 from boltforge.control.notify import Notifier
 from boltforge.control.scheduling.actuate import Settings
 from boltforge.control.scheduling.fleet import Fleet

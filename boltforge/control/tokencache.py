@@ -7,7 +7,7 @@ node was taken from one token by another, on this server or on another replica s
 store), every remembered caller is forgotten. So a revoked token stops working on every
 replica within ``ttl_s`` and a moment, and a token past its ``expires_at`` at once. A node a
 token claims is added to what this server remembers of it; another replica learns it the
-first time the token acts for that node there (``authorize``). When each token was last used
+first time the token acts for that node there (``claim_in``). When each token was last used
 is written back at most once a minute (``USED_EVERY_S``). While the store is away, the
 callers remembered when it went away keep working (``_held``).
 """
@@ -18,13 +18,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from sqlalchemy import update
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from boltforge.control import auth
 from boltforge.control.auth import Caller
+from boltforge.control.store import ahead
 from boltforge.control.store.db import Database
 from boltforge.control.store.models import TokenRow
 from boltforge.control.store.outage import fault_of
@@ -32,6 +34,19 @@ from boltforge.control.store.outage import fault_of
 log = logging.getLogger(__name__)
 TTL_S = 5.0
 USED_EVERY_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Authorized:
+    """What ``TokenCache.claim_in`` found: the reasons for the nodes refused (empty: none),
+    and, when the store was read, the caller (``caller``), its token's digest, whether a
+    node was taken from another token, and the nodes it claimed."""
+
+    refused: list[str]
+    caller: Caller | None = None
+    digest: str = ""
+    moved: bool = False
+    claimed: tuple[str, ...] = ()  # the nodes it may act for now that it could not before
 
 
 class TokenCache:
@@ -110,37 +125,47 @@ class TokenCache:
         """The newest remembered form of ``who`` (its claims may have grown since)."""
         return self._by_id.get(who.token_id, who) if who.token_id is not None else who
 
-    def authorize(self, who: Caller, nodes: Sequence[str], registering: bool = False) -> list[str]:
+    def claim_in(
+        self, s: Session, who: Caller, nodes: Sequence[str], registering: bool = False
+    ) -> Authorized:
         """Let ``who`` act for ``nodes``, claiming those it may claim (see ``auth.claim``),
-        after checking in the store that its token still works; the reasons for the nodes it
-        may not act for (empty: it may act for all). Reads the token's row and the named
-        nodes' claims, and may write those claims: call it from a worker thread."""
+        after checking in session ``s`` that its token still works: reads the token's row
+        and the named nodes' claims, and may write those claims. Remembers nothing: it is a
+        function of the session and its arguments (a group commit may apply it again when
+        the group rolls back). Hand what it returns to ``settle`` once ``s`` committed."""
         latest = self.latest(who)
         if registering and latest.nodes is not None:  # already its own: nothing to record
             nodes = [n for n in nodes if n not in latest.nodes.claimed]
             if not nodes:
-                return []
+                return Authorized([])
+        now = self.clock()
+        row = ahead.get(s, TokenRow, who.token_id) if who.token_id is not None else None
+        if row is None or auth.state_of(row, now) != "active":
+            return Authorized(
+                [f"token {who.name} no longer works. To fix: ask an admin for a token"]
+            )
         refused: list[str] = []
         moved = False
-        with self.db.session() as s:
-            now = self.clock()
-            row = s.get(TokenRow, who.token_id) if who.token_id is not None else None
-            if row is None or auth.state_of(row, now) != "active":
-                return [f"token {who.name} no longer works. To fix: ask an admin for a token"]
-            fresh = latest
-            for node in nodes:
-                if not registering and fresh.acts_for_node(node):
-                    continue
-                done = auth.claim(s, fresh, node, now, registering)
-                moved = moved or done.moved
-                if done.refused is not None:
-                    refused.append(done.refused)
-                elif fresh.nodes is not None:
-                    fresh = replace(fresh, nodes=fresh.nodes.with_claim(node))
-        if moved:  # the token it was taken from may not act for it any more
+        claimed: list[str] = []
+        for node in nodes:
+            if not registering and latest.acts_for_node(node):
+                continue
+            done = auth.claim(s, latest, node, now, registering)
+            moved = moved or done.moved
+            if done.refused is not None:
+                refused.append(done.refused)
+            elif latest.nodes is not None:
+                claimed.append(node)
+        return Authorized(refused, latest, row.digest, moved, tuple(claimed))
+
+    def settle(self, found: Authorized) -> list[str]:
+        """Remember what a committed ``claim_in`` found; the reasons for the nodes ``who``
+        may not act for (empty: it may act for all)."""
+        if found.moved:  # the token it was taken from may not act for it any more
             self.forget()
-        self._remember(row.digest, replace(fresh, source=""))
-        return refused
+        if found.caller is not None:
+            self._add_claims(found.digest, replace(found.caller, source=""), found.claimed)
+        return found.refused
 
     def forget(self) -> None:
         """Forget every remembered caller and read the change counter at the next request
@@ -151,10 +176,28 @@ class TokenCache:
             self._checked = float("-inf")
 
     def _remember(self, key: str, who: Caller) -> None:
+        """Remember ``who``, read afresh, by token digest ``key``, with a claimed set of
+        its own (``_add_claims`` grows it)."""
+        if who.nodes is not None:
+            who = replace(who, nodes=who.nodes.growing())
         with self._lock:
             self._by_digest[key] = who
             if who.token_id is not None:
                 self._by_id[who.token_id] = who
+
+    def _add_claims(self, key: str, who: Caller, claimed: Sequence[str]) -> None:
+        """``who`` (digest ``key``) claimed ``claimed``: added in place to what is
+        remembered of its token (claims settle in any order, and only grow until every
+        caller is forgotten), else ``who`` is remembered with them."""
+        with self._lock:
+            known = self._by_id.get(who.token_id) if who.token_id is not None else None
+            scope = known.nodes if known is not None else None
+            if scope is not None and isinstance(scope.claimed, set):
+                scope.claimed.update(claimed)
+                return
+        if who.nodes is not None:
+            who = replace(who, nodes=replace(who.nodes, claimed={*who.nodes.claimed, *claimed}))
+        self._remember(key, who)
 
     def _revalidate(self) -> None:
         """Read the change counter when ``ttl_s`` passed since the last read; forget every

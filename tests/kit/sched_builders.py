@@ -162,7 +162,9 @@ class Bench:
         health: HealthRules | None = None,
         preempt: PreemptRules | None = None,
         policy: str = "default",
+        grouped: bool = False,
     ) -> None:
+        self.grouped = grouped  # registrations read ahead, as in the agents' group commit
         self.clock = Clock()
         self.terms = terms or LeaseTerms()
         self.db = fresh_store(directory)
@@ -260,7 +262,13 @@ class Bench:
         self, name: str, running: Iterable[ReplicaStatus] = (), **inv: Any
     ) -> tuple[Lease, Touched]:
         reg = Registration(inventory=inventory(name, **inv), running=list(running))
-        lease, touched = self.write(lambda s: agents.register(s, reg, self.terms, self.clock()))
+
+        def change(s: Session) -> tuple[Lease, Touched]:
+            if self.grouped:
+                agents.read_ahead(s, [agents.registering(reg.inventory)])
+            return agents.register(s, reg, self.terms, self.clock())
+
+        lease, touched = self.write(change)
         self.sessions[name] = lease.session
         return lease, touched
 

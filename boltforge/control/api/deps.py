@@ -18,7 +18,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from boltforge.control.api.errors import ApiError
 from boltforge.control.api.headers import header
-from boltforge.control.auth import Caller
+from boltforge.control.auth import Caller, claiming
 from boltforge.control.runtime import Runtime
 
 
@@ -53,14 +53,20 @@ async def for_nodes(
     """403 unless ``who`` may speak for every one of ``nodes`` in the agent protocol (see
     ``control/auth.py``): checked in memory, and in the store (where a claiming token
     claims a node no live token holds) only for a node its remembered scope does not allow,
-    or when it registers one."""
+    or when it registers one. The store is read and written in the agent protocol's group
+    commit, so a fleet registering at once claims its nodes in a few transactions."""
     if who.role == "admin":
         return
     outside = list(nodes) if registering else [n for n in nodes if not who.acts_for_node(n)]
     if not outside:
         return
     rt: Runtime = request.app.state.runtime
-    refused = await run_in_threadpool(rt.tokens.authorize, who, outside, registering)
+    tokens = rt.tokens
+    found = await rt.feed.writes.write_async(
+        lambda s: tokens.claim_in(s, who, outside, registering),
+        frozenset(claiming(n) for n in outside),
+    )
+    refused = tokens.settle(found)
     if refused:
         first = f"{len(refused)} nodes refused; the first: " if len(refused) > 1 else ""
         raise ApiError(403, first + refused[0])

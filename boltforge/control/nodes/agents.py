@@ -28,6 +28,7 @@ from boltforge.control.scheduling import intent
 from boltforge.control.scheduling.actuate import Touched, halt
 from boltforge.control.scheduling.fleet import check_inventory
 from boltforge.control.scheduling.lifecycle import HOLDING
+from boltforge.control.store import ahead
 from boltforge.control.store.db import by_key
 from boltforge.control.store.mirror import Mirror
 from boltforge.control.store.models import JobRow, NodeRow, ReplicaRow
@@ -57,18 +58,78 @@ class SessionMismatch(Exception):
     """A heartbeat or report carried a session the node no longer holds: register again."""
 
 
+REGISTERING = "register\x00"  # a batch read key: a registration's pool and node, \x00 apart
+AHEAD = "bolt.register.ahead"  # Session.info key: what ``read_ahead`` read
+
+
+def registering(inv: Inventory) -> str:
+    """The batch read key of a registration of ``inv`` (``read_ahead``)."""
+    return f"{REGISTERING}{inv.pool}\x00{inv.name}"
+
+
+@dataclass
+class Ahead:
+    """What a group of registrations reads, read at once: up to two stored nodes of each
+    pool (its inventory's peers), the nodes themselves, and their live replicas."""
+
+    names: set[str]
+    peers: dict[str, list[str]]
+    live: dict[str, list[ReplicaRow]]
+    registered: dict[str, tuple[str, Inventory]]  # by pool: a node registered in this group
+
+
+def read_ahead(s: Session, keys: Iterable[str]) -> None:
+    """Read what the registrations named by ``keys`` (``registering``) will read and keep
+    it for the transaction (``Session.info``): the nodes (those not stored are remembered
+    absent, ``store/ahead.py``) and their live replicas in a statement each, and two stored
+    nodes of each of their pools in a statement per pool."""
+    pairs = [k[len(REGISTERING) :].split("\x00", 1) for k in keys]
+    names, pools = {n for _, n in pairs}, {p for p, _ in pairs}
+    ahead.read(s, NodeRow, NodeRow.name, names)
+    peers: dict[str, list[str]] = {}
+    for pool in sorted(pools):  # two, so that one is another node than any registering
+        two = ahead.keep(s, s.scalars(select(NodeRow).where(NodeRow.pool == pool).limit(2)))
+        peers[pool] = [r.name for r in two]
+    live: dict[str, list[ReplicaRow]] = {}
+    on = ReplicaRow.node.in_(names)
+    for rep in s.scalars(select(ReplicaRow).where(on, ReplicaRow.state.in_(LIVE_REPLICA))):
+        live.setdefault(rep.node, []).append(rep)
+    s.info[AHEAD] = Ahead(names, peers, live, {})
+
+
+def _peer(s: Session, inv: Inventory, group: Ahead | None) -> Inventory | None:
+    """The inventory of another node of ``inv``'s pool, if any is stored or registered."""
+    if group is None or inv.name not in group.names:
+        peer = s.scalar(
+            select(NodeRow).where(NodeRow.pool == inv.pool, NodeRow.name != inv.name).limit(1)
+        )
+        return Inventory.model_validate(peer.inventory) if peer else None
+    for name in group.peers.get(inv.pool, []):
+        row = ahead.get(s, NodeRow, name)
+        if name != inv.name and row is not None and row.pool == inv.pool:
+            return Inventory.model_validate(row.inventory)
+    earlier = group.registered.get(inv.pool)
+    return earlier[1] if earlier is not None and earlier[0] != inv.name else None
+
+
 def register(s: Session, reg: Registration, terms: LeaseTerms, now: float) -> tuple[Lease, Touched]:
-    """Register (or re-register) a node; reconcile what it says it runs with the store."""
+    """Register (or re-register) a node; reconcile what it says it runs with the store.
+    Reads what ``read_ahead`` kept for the group when it read this node's."""
     inv = reg.inventory
-    peer = s.scalar(
-        select(NodeRow).where(NodeRow.pool == inv.pool, NodeRow.name != inv.name).limit(1)
-    )
-    check_inventory(inv, Inventory.model_validate(peer.inventory) if peer else None)
-    node = s.get(NodeRow, inv.name)
+    group = s.info.get(AHEAD)
+    with s.no_autoflush:  # reads of stored rows: the group's earlier writes can wait
+        check_inventory(inv, _peer(s, inv, group))
+        node = ahead.get(s, NodeRow, inv.name)
+    expected = None
+    if group is not None and inv.name in group.names:
+        group.registered.setdefault(inv.pool, (inv.name, inv))
+        reps = group.live.get(inv.name, [])
+        expected = {r.id: r for r in reps if r.state in LIVE_REPLICA and r.node == inv.name}
     data = inv.model_dump(mode="json")
     if node is None:
         node = NodeRow(name=inv.name, registered_at=now, desired_version=0, cordoned=False)
         s.add(node)
+        ahead.added(s, NodeRow, inv.name, node)
     node.inventory, node.pool, node.pod, node.rack, node.gpus = (
         data,
         inv.pool,
@@ -81,7 +142,7 @@ def register(s: Session, reg: Registration, terms: LeaseTerms, now: float) -> tu
     node.state, node.session, node.registered_at = "ready", uuid.uuid4().hex, now
     node.last_heartbeat, node.lease_expires_at = now, now + terms.lease_s
     intent.renewed(node)  # the node is told what to run afresh
-    stop, touched = reconcile(s, node, reg.running, now, forget_missing=True)
+    stop, touched = reconcile(s, node, reg.running, now, True, expected)
     touched.nodes.add(node.name)
     return _lease(node, terms, stop), touched
 

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
+from boltforge.control import auth
 from boltforge.control.audit import audit
 from boltforge.control.auth import Caller
 from boltforge.control.nodes import agents as protocol
-from boltforge.control.nodes import spot
+from boltforge.control.nodes import reports, spot
 from boltforge.control.nodes.reports import apply_events, apply_logs, apply_progress
 from boltforge.control.scheduling.actuate import Touched
 from boltforge.control.scheduling.loop import Scheduler
@@ -41,7 +42,8 @@ class Feed:
             audit(s, who, "register", inv.name, now, gpus=inv.gpus, pool=inv.pool)
             return lease, touched
 
-        lease, touched = await self.writes.write_async(change)
+        reads = frozenset({protocol.registering(reg.inventory)})
+        lease, touched = await self.writes.write_async(change, reads)
         self.scheduler.announce(touched)
         self.scheduler.wake()  # the fleet changed
         return lease
@@ -171,6 +173,20 @@ def _apply_report(
     refused += apply_progress(s, node, body.progress)
     spot.settle(s, touched.jobs | {p.job for p in body.progress if p.checkpoint})
     return refused, touched
+
+
+def read_ahead(s: Session, keys: set[str]) -> None:
+    """The agent protocol's group reads (``Batcher``'s ``warm``): the registrations' keys
+    (``agents.registering``) to ``agents.read_ahead``, the claims' (``auth.claiming``) to
+    ``auth.read_claims``, the reports' replica ids to ``reports.read_ahead``."""
+    registering = {k for k in keys if k.startswith(protocol.REGISTERING)}
+    claims = {k for k in keys if k.startswith(auth.CLAIMING)}
+    if registering:
+        protocol.read_ahead(s, registering)
+    if claims:
+        auth.read_claims(s, claims)
+    if len(registering) + len(claims) < len(keys):
+        reports.read_ahead(s, keys - registering - claims)
 
 
 def _reads(batch: dict[str, AgentReport]) -> frozenset[str]:

@@ -245,3 +245,24 @@ def test_claims_revocation_and_the_listing_hold_on_either_store(
         tokens = listed(f)
         assert tokens["other"]["claimed"] == ["host-0"] and tokens["agents"]["claimed"] == []
         assert tokens["agents"]["state"] == "revoked"
+
+
+def test_claims_made_in_one_group_commit_are_all_remembered_whatever_order_they_settle(
+    fleet: Fleet,
+) -> None:
+    """Registrations arriving together claim their nodes in one transaction; each claim is
+    remembered when the transaction commits, in whatever order, and none hides another."""
+    cache = TokenCache(fleet.rt.db, fleet.clock)
+    value = AGENT["Authorization"].split()[1]
+    who = cache.lookup(value)
+    assert isinstance(who, auth.Caller)
+    with fleet.rt.db.session() as s:
+        first = cache.claim_in(s, who, ["host-5"], registering=True)
+        second = cache.claim_in(s, who, ["host-6"], registering=True)
+    assert cache.settle(second) == [] and cache.settle(first) == []
+    remembered = cache.current(value)
+    assert remembered is not None and remembered.nodes is not None
+    assert {"host-5", "host-6"} <= remembered.nodes.claimed
+    with fleet.rt.db.session() as s:
+        stored = s.scalars(select(NodeClaimRow.node).where(NodeClaimRow.token_id == who.token_id))
+        assert {"host-5", "host-6"} <= set(stored)

@@ -1,6 +1,8 @@
 """Registering a node (``agents.register``): the lease it gets, what a second registration
 changes, inventories refused with the field and the fix, spot-reclaimed nodes coming back
-as new instances, and what the node says it runs reconciled with the store."""
+as new instances, and what the node says it runs reconciled with the store. Every case
+holds alone and with the group's rows read ahead (``agents.read_ahead``), as the agents'
+group commit registers; registrations in one group check their pool against each other."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any
 
 import pytest
 from sched_builders import Bench, event, inventory, running
+from sqlalchemy.orm import Session
 
 from boltforge.control.nodes import agents, spot
 from boltforge.control.nodes.agents import SessionMismatch
@@ -19,9 +22,9 @@ from boltforge.spec.errors import SpecError
 from boltforge.wire.agent import Heartbeat, Registration
 
 
-@pytest.fixture
-def bench(tmp_path: Path) -> Iterator[Bench]:
-    with Bench(tmp_path, hosts=2) as b:
+@pytest.fixture(params=[False, True], ids=["alone", "read-ahead"])
+def bench(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Bench]:
+    with Bench(tmp_path, hosts=2, grouped=request.param) as b:
         b.settle()
         yield b
 
@@ -301,3 +304,36 @@ def test_a_report_on_the_new_sessions_node_is_accepted_after_registration(bench:
     refused, _ = bench.report(rep.node, [event(rep, "exited", bench.clock(), exit_code=0)])
     assert refused == []
     assert bench.job(job).state == "succeeded"
+
+
+def test_registrations_in_one_group_check_their_pool_against_each_other(bench: Bench) -> None:
+    """Two nodes of a pool nobody stored yet register in one transaction: the second is
+    checked against the first, and the store is asked for neither node, only read ahead."""
+    first = Registration(inventory=inventory("a-0", pool="a100", gpu="A100-80GB"))
+    second = Registration(inventory=inventory("a-1", pool="a100", gpu="H100-80GB"))
+
+    def group(s: Session) -> None:
+        agents.read_ahead(s, [agents.registering(r.inventory) for r in (first, second)])
+        agents.register(s, first, bench.terms, bench.clock())
+        with pytest.raises(SpecError) as refused:
+            agents.register(s, second, bench.terms, bench.clock())
+        assert any(
+            "differs from node a-0 of pool a100" in p.message for p in refused.value.problems
+        )
+
+    bench.write(group)
+    assert bench.node("a-0").gpus == 8
+    assert bench.write(lambda s: s.get(NodeRow, "a-1")) is None
+
+
+def test_a_group_registering_a_node_it_read_ahead_as_absent_stores_it_once(bench: Bench) -> None:
+    reg = Registration(inventory=inventory("host-9"))
+
+    def twice(s: Session) -> str:
+        agents.read_ahead(s, [agents.registering(reg.inventory)])
+        agents.register(s, reg, bench.terms, bench.clock())  # its row is not flushed yet
+        lease, _ = agents.register(s, reg, bench.terms, bench.clock())
+        return lease.session
+
+    session = bench.write(twice)
+    assert bench.node("host-9").session == session
