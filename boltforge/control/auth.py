@@ -67,11 +67,11 @@ class NodeScope:
         """The names in ``nodes`` the token may act for, in order."""
         return list(nodes) if self.everywhere else [n for n in nodes if self.allows(n)]
 
-    def growing(self) -> NodeScope:
-        """This scope with a claimed set of its own, which its holder may add claims to in
-        place (``control/tokencache.py``): a fleet's claims are then recorded one node at a
-        time, never by copying every claim before it."""
-        return NodeScope(self.patterns, set(self.claimed), self.claims)
+    def growing(self, more: Iterable[str] = ()) -> NodeScope:
+        """This scope with ``more`` claimed, in a claimed set of its own, which its holder
+        may add claims to in place (``control/tokencache.py``): a fleet's claims are then
+        recorded one node at a time, never by copying every claim before it."""
+        return NodeScope(self.patterns, {*self.claimed, *more}, self.claims)
 
 
 @dataclass(frozen=True, slots=True)

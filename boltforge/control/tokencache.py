@@ -175,11 +175,11 @@ class TokenCache:
             self._by_id.clear()
             self._checked = float("-inf")
 
-    def _remember(self, key: str, who: Caller) -> None:
-        """Remember ``who``, read afresh, by token digest ``key``, with a claimed set of
-        its own (``_add_claims`` grows it)."""
+    def _remember(self, key: str, who: Caller, claimed: Sequence[str] = ()) -> None:
+        """Remember ``who`` by token digest ``key``, with the nodes it ``claimed`` since it
+        was read, in a claimed set of its own that ``_add_claims`` grows."""
         if who.nodes is not None:
-            who = replace(who, nodes=who.nodes.growing())
+            who = replace(who, nodes=who.nodes.growing(claimed))
         with self._lock:
             self._by_digest[key] = who
             if who.token_id is not None:
@@ -192,12 +192,10 @@ class TokenCache:
         with self._lock:
             known = self._by_id.get(who.token_id) if who.token_id is not None else None
             scope = known.nodes if known is not None else None
-            if scope is not None and isinstance(scope.claimed, set):
+            if scope is not None and isinstance(scope.claimed, set):  # made by ``growing``
                 scope.claimed.update(claimed)
                 return
-        if who.nodes is not None:
-            who = replace(who, nodes=replace(who.nodes, claimed={*who.nodes.claimed, *claimed}))
-        self._remember(key, who)
+        self._remember(key, who, claimed)
 
     def _revalidate(self) -> None:
         """Read the change counter when ``ttl_s`` passed since the last read; forget every

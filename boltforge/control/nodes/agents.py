@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, defer
@@ -59,7 +59,7 @@ class SessionMismatch(Exception):
 
 
 REGISTERING = "register\x00"  # a batch read key: a registration's pool and node, \x00 apart
-AHEAD = "bolt.register.ahead"  # Session.info key: what ``read_ahead`` read
+GROUP = "bolt.register.group"  # Session.info key: the ``GroupReads`` of the transaction
 
 
 def registering(inv: Inventory) -> str:
@@ -68,42 +68,41 @@ def registering(inv: Inventory) -> str:
 
 
 @dataclass
-class Ahead:
-    """What a group of registrations reads, read at once: up to two stored nodes of each
-    pool (its inventory's peers), the nodes themselves, and their live replicas."""
+class GroupReads:
+    """What the registrations of one transaction read, read at once: the nodes, up to two
+    stored nodes of each of their pools (their inventories' peers), and their live
+    replicas; and, by pool, the first node registered in the transaction."""
 
-    names: set[str]
-    peers: dict[str, list[str]]
-    live: dict[str, list[ReplicaRow]]
-    registered: dict[str, tuple[str, Inventory]]  # by pool: a node registered in this group
+    names: set[str] = field(default_factory=set)
+    peers: dict[str, list[str]] = field(default_factory=dict)
+    live: dict[str, list[ReplicaRow]] = field(default_factory=dict)
+    registered: dict[str, tuple[str, Inventory]] = field(default_factory=dict)
 
 
-def read_ahead(s: Session, keys: Iterable[str]) -> None:
+def read_ahead(s: Session, keys: Iterable[str]) -> GroupReads:
     """Read what the registrations named by ``keys`` (``registering``) will read and keep
-    it for the transaction (``Session.info``): the nodes (those not stored are remembered
-    absent, ``store/ahead.py``) and their live replicas in a statement each, and two stored
-    nodes of each of their pools in a statement per pool."""
+    it for the transaction (``Session.info``), added to what it read before: the nodes
+    (those not stored are remembered absent, ``store/ahead.py``) and their live replicas in
+    a statement each, and two stored nodes of each new pool in a statement per pool."""
+    group: GroupReads = s.info.setdefault(GROUP, GroupReads())
     pairs = [k[len(REGISTERING) :].split("\x00", 1) for k in keys]
-    names, pools = {n for _, n in pairs}, {p for p, _ in pairs}
+    names = {n for _, n in pairs} - group.names
+    if not names:
+        return group
     ahead.read(s, NodeRow, NodeRow.name, names)
-    peers: dict[str, list[str]] = {}
-    for pool in sorted(pools):  # two, so that one is another node than any registering
+    for pool in sorted({p for p, _ in pairs} - group.peers.keys()):
+        # two, so that one is another node than any registering
         two = ahead.keep(s, s.scalars(select(NodeRow).where(NodeRow.pool == pool).limit(2)))
-        peers[pool] = [r.name for r in two]
-    live: dict[str, list[ReplicaRow]] = {}
+        group.peers[pool] = [r.name for r in two]
     on = ReplicaRow.node.in_(names)
     for rep in s.scalars(select(ReplicaRow).where(on, ReplicaRow.state.in_(LIVE_REPLICA))):
-        live.setdefault(rep.node, []).append(rep)
-    s.info[AHEAD] = Ahead(names, peers, live, {})
+        group.live.setdefault(rep.node, []).append(rep)
+    group.names |= names
+    return group
 
 
-def _peer(s: Session, inv: Inventory, group: Ahead | None) -> Inventory | None:
+def _peer(s: Session, inv: Inventory, group: GroupReads) -> Inventory | None:
     """The inventory of another node of ``inv``'s pool, if any is stored or registered."""
-    if group is None or inv.name not in group.names:
-        peer = s.scalar(
-            select(NodeRow).where(NodeRow.pool == inv.pool, NodeRow.name != inv.name).limit(1)
-        )
-        return Inventory.model_validate(peer.inventory) if peer else None
     for name in group.peers.get(inv.pool, []):
         row = ahead.get(s, NodeRow, name)
         if name != inv.name and row is not None and row.pool == inv.pool:
@@ -114,17 +113,16 @@ def _peer(s: Session, inv: Inventory, group: Ahead | None) -> Inventory | None:
 
 def register(s: Session, reg: Registration, terms: LeaseTerms, now: float) -> tuple[Lease, Touched]:
     """Register (or re-register) a node; reconcile what it says it runs with the store.
-    Reads what ``read_ahead`` kept for the group when it read this node's."""
+    Reads what ``read_ahead`` kept for the transaction's group (reading it first when the
+    group did not name this node)."""
     inv = reg.inventory
-    group = s.info.get(AHEAD)
     with s.no_autoflush:  # reads of stored rows: the group's earlier writes can wait
+        group = read_ahead(s, [registering(inv)])
         check_inventory(inv, _peer(s, inv, group))
         node = ahead.get(s, NodeRow, inv.name)
-    expected = None
-    if group is not None and inv.name in group.names:
-        group.registered.setdefault(inv.pool, (inv.name, inv))
-        reps = group.live.get(inv.name, [])
-        expected = {r.id: r for r in reps if r.state in LIVE_REPLICA and r.node == inv.name}
+    group.registered.setdefault(inv.pool, (inv.name, inv))
+    reps = group.live.get(inv.name, [])
+    expected = {r.id: r for r in reps if r.state in LIVE_REPLICA and r.node == inv.name}
     data = inv.model_dump(mode="json")
     if node is None:
         node = NodeRow(name=inv.name, registered_at=now, desired_version=0, cordoned=False)
